@@ -1,0 +1,123 @@
+"""What each task does, as plain functions of typed arguments (no invoke here).
+
+tasks.py parses flags and calls these; each one validates its input, plans, then executes
+(or, in dry-run, prints the plan's commands), and reports a table or JSON on stdout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from clusterprobe import build as build_mod
+from clusterprobe import ecr, engine, localbase, output, push as push_mod
+from clusterprobe.config import load_variants, parse_key_values
+from clusterprobe.runner import Runner
+from clusterprobe.settings import Settings
+
+BUILD_COLUMNS = ("variant", "image", "id", "torch", "cuda", "nccl", "layers_rebuilt", "added_mb",
+                 "smoke", "seconds")
+PUSH_COLUMNS = ("variant", "pushed", "digest", "status", "attempts")
+
+
+def login(
+    settings: Settings,
+    runner: Runner,
+    *,
+    registry: str | None,
+    region: str | None,
+    enroot_credentials: str | None,
+    enroot_store_token: bool,
+) -> None:
+    target = ecr.resolve_target(registry or settings.registry, region or None)
+    ecr.docker_login(runner, target)
+    if enroot_credentials:
+        ecr.write_enroot_credentials(runner, Path(enroot_credentials), target, store_token=enroot_store_token)
+    if not runner.dry_run:
+        output.progress(f"logged in to {target.registry} (token from ECR in {target.region})")
+
+
+def local_base(settings: Settings, runner: Runner, *, tag: str | None, torch_version: str | None,
+               force: bool) -> None:
+    spec = localbase.LocalBaseSpec(tag=tag or settings.local_base_tag,
+                                   torch_version=torch_version or settings.torch_version)
+    client = None if runner.dry_run else engine.connect()
+    image_id = localbase.build_local_base(client, runner, spec, force=force)
+    if image_id:
+        output.progress(f"local base {spec.tag} is {image_id[:19]}")
+
+
+def build(
+    settings: Settings,
+    runner: Runner,
+    *,
+    variants: Sequence[str],
+    base_images: Sequence[str] = (),
+    build_args: Sequence[str] = (),
+    tags: Sequence[str] = (),
+    push: bool = False,
+    retries: int = 3,
+    no_cache: bool = False,
+    smoke_test: bool = True,
+    as_json: bool = False,
+) -> list[build_mod.BuildResult]:
+    config = load_variants(settings.variants_file, region=settings.region)
+    overrides = build_mod.parse_base_overrides(base_images, variants, config)
+    specs = build_mod.plan_builds(
+        config, variants, repository=settings.repository, base_images=overrides,
+        build_args=parse_key_values(build_args, "--build-arg"),
+    )
+    push_mod.check_extra_tags(tags, [s.variant.name for s in specs])
+    if push:
+        push_mod.require_registry(settings.registry)
+    client = engine.connect() if not runner.dry_run else _optional_client()
+    results = []
+    for spec in specs:
+        with output.stage(f"build {spec.variant.name} on {spec.base_image}"):
+            result = build_mod.execute_build(client, runner, spec, smoke_test=smoke_test, no_cache=no_cache)
+        if result is not None:
+            for tag in tags:
+                expanded = tag.replace("{variant}", spec.variant.name)
+                runner.show(["docker", "tag", result.tag, f"{settings.repository}:{expanded}"])
+                client.images.get(result.image_id).tag(settings.repository, expanded)
+            results.append(result)
+    if results or not runner.dry_run:
+        output.emit([r.row() for r in results], BUILD_COLUMNS, as_json=as_json and not push)
+    if push:
+        push_images(settings, runner, variants=[s.variant.name for s in specs], tags=tags,
+                    retries=retries, as_json=as_json)
+    return results
+
+
+def push_images(
+    settings: Settings,
+    runner: Runner,
+    *,
+    variants: Sequence[str],
+    tags: Sequence[str] = (),
+    retries: int = 3,
+    as_json: bool = False,
+) -> list[push_mod.PushResult]:
+    config = load_variants(settings.variants_file, region=settings.region)
+    names = [v.name for v in config.select(variants)]
+    client = engine.connect() if not runner.dry_run else _optional_client()
+    specs = push_mod.plan_pushes(client, names, repository=settings.repository,
+                                 registry=settings.registry, extra_tags=tags,
+                                 allow_missing=runner.dry_run)
+    results = []
+    for spec in specs:
+        with output.stage(f"push {spec.target}"):
+            result = push_mod.execute_push(client, runner, spec, retries=retries)
+        if result is not None:
+            results.append(result)
+    if not runner.dry_run:
+        output.emit([r.row() for r in results], PUSH_COLUMNS, as_json=as_json)
+    return results
+
+
+def _optional_client():  # type: ignore[no-untyped-def]
+    """In dry-run the engine is consulted when it answers (to say what is already there)."""
+    try:
+        return engine.connect(timeout=5)
+    except Exception:  # noqa: BLE001 - dry-run must work without an engine
+        return None
