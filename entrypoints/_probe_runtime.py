@@ -494,8 +494,8 @@ def report_failure(script: str, rank: int, reason: str) -> None:
 
 
 def first_line(exc: BaseException, limit: int = 400) -> str:
-    """An exception's first line, for one-line reports."""
-    text = str(exc).strip()
+    """An exception's first line, for one-line reports, without gloo's '[/path/pair.cc:537] ' prefix."""
+    text = re.sub(r"^\[[^\]\s]+:\d+\]\s*", "", str(exc).strip())
     return text.splitlines()[0][:limit] if text else type(exc).__name__
 
 
@@ -503,9 +503,37 @@ def _remaining(deadline: float) -> float:
     return max(0.1, deadline - time.monotonic())
 
 
+def _await_listener(host: str, port: int, deadline: float) -> str | None:
+    """Poll until something accepts on host:port; None, or the last error when the deadline passed.
+
+    A plain socket first, because TCPStore's own client retries back off past our deadline and
+    log a C++ stack trace per attempt.
+    """
+    delay = 0.05
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=min(2.0, _remaining(deadline))):
+                return None
+        except socket.gaierror as exc:
+            error = f"cannot resolve {host!r} ({exc.strerror})"
+        except OSError as exc:
+            error = exc.strerror or type(exc).__name__
+        if time.monotonic() + delay > deadline:
+            return error
+        time.sleep(delay)
+        delay = min(2 * delay, 1.0)
+
+
 def _connect_store(info: LaunchInfo, deadline: float, timeout: float) -> Store:
     where = f"{info.master_addr}:{info.master_port}"
     host_it = info.rank == 0 and not info.agent_store
+    if not host_it:
+        error = _await_listener(str(info.master_addr), int(info.master_port or 0), deadline)
+        if error:
+            host = "the torchrun agent" if info.agent_store else "rank 0"
+            raise RendezvousTimeout(
+                f"waited {timeout:g} s to reach the rendezvous store at {where} (hosted by {host}): {error}"
+            )
     try:
         return TCPStore(
             host_name=str(info.master_addr),
@@ -678,6 +706,13 @@ def start_probe(script: str, backend: str, device: str, timeout: float) -> Probe
     picked_backend, picked_device = choose_backend_device(backend, device, info.local_rank)
     watchdog = Watchdog(script, info.rank, timeout)
     ctx = ProbeContext(script, info, picked_backend, picked_device, timeout, watchdog)
+    def known(value: int | None) -> str:
+        return "?" if value is None else str(value)
+
+    gpu = f" ({torch.cuda.get_device_name(picked_device)})" if picked_device.type == "cuda" else ""
+    ctx.say(f"LOCAL_RANK={known(info.local_rank)} RANK={info.rank} GROUP_RANK={known(info.group_rank)} "
+            f"LOCAL_WORLD_SIZE={known(info.local_world_size)} WORLD_SIZE={info.world_size} host={ctx.host} "
+            f"device={picked_device}{gpu} backend={picked_backend} source={info.source}")
     for note in info.notes:
         ctx.say(f"note: {note}")
     watchdog.expect(

@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +38,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 SCRIPT = "ddp_check"
+NOT_RUN = "not run"
 RANK_KEYS = ("rank", "local_rank", "group_rank", "local_world_size", "world_size", "host", "device", "source")
 
 
@@ -109,7 +111,7 @@ class CheckBook:
 
     def run(self, name: str, activity: str, fn: Callable[[], str]) -> None:
         if self.broken:
-            self.record(name, False, f"not run: communication failed in {self.broken}")
+            self.record(name, False, f"{NOT_RUN}: communication failed in {self.broken}")
             return
         self.ctx.watchdog.expect(activity)
         start = time.perf_counter()
@@ -195,19 +197,23 @@ def check_topology(rows: list[dict[str, Any]]) -> tuple[bool, str]:
     return not problems, "; ".join(problems) or f"{world} ranks, {len(nodes)} nodes, {hosts} hosts"
 
 
-def rank_rows(ctx: rt.ProbeContext) -> list[dict[str, Any]]:
-    """Gather every rank's identity; fill in what the launcher did not say from the hosts."""
-    info = ctx.info
-    mine = {
+def identity_row(info: rt.LaunchInfo, host: str, device: str) -> dict[str, Any]:
+    """One entry of the report's "ranks" list, as the launcher gave it."""
+    return {
         "rank": info.rank,
         "local_rank": info.local_rank,
         "group_rank": info.group_rank,
         "local_world_size": info.local_world_size,
         "world_size": info.world_size,
-        "host": ctx.host,
-        "device": str(ctx.device),
+        "host": host,
+        "device": device,
         "source": info.source,
     }
+
+
+def rank_rows(ctx: rt.ProbeContext) -> list[dict[str, Any]]:
+    """Gather every rank's identity; fill in what the launcher did not say from the hosts."""
+    mine = identity_row(ctx.info, ctx.host, str(ctx.device))
     rows: list[dict[str, Any]] = rt.gather_objects(mine, ctx.device)
     hosts = [row["host"] for row in rows]
     local, per_host = rt.local_positions(hosts)
@@ -352,12 +358,11 @@ def merge_checks(per_rank: list[dict[str, Check]]) -> dict[str, dict[str, Any]]:
     for name in per_rank[0]:
         results = [(rank, checks.get(name)) for rank, checks in enumerate(per_rank)]
         failed = [rank for rank, check in results if check is None or not check.ok]
-        first = per_rank[0][name]
-        detail = first.detail
+        detail = per_rank[0][name].detail
         if failed:
             bad = next((c for r, c in results if r == failed[0] and c is not None), None)
-            detail = f"failed on rank{'s' if len(failed) > 1 else ''} {_ranks(failed)}: " + (
-                bad.detail if bad else "no result")
+            said = bad.detail if bad else "no result"
+            detail = f"rank{'s' if len(failed) > 1 else ''} {_ranks(failed)}: {said}"
         merged[name] = {
             "ok": not failed,
             "detail": detail,
@@ -383,7 +388,11 @@ def write_json(path: str | None, report: dict[str, Any]) -> None:
 
 
 def failed_summary(checks: dict[str, dict[str, Any]]) -> str:
-    return "; ".join(f"{name}: {c['detail']}" for name, c in checks.items() if not c["ok"])
+    """The failed checks for the verdict line; those skipped after a broken group only counted."""
+    failed = {name: c for name, c in checks.items() if not c["ok"]}
+    not_run = [name for name, c in failed.items() if NOT_RUN in c["detail"]]
+    text = "; ".join(f"{name} failed on {c['detail']}" for name, c in failed.items() if name not in not_run)
+    return text + (f"; not run after that: {', '.join(not_run)}" if not_run else "")
 
 
 def print_report(ctx: rt.ProbeContext, report: dict[str, Any]) -> None:
@@ -415,6 +424,7 @@ def run(args: argparse.Namespace) -> int:
         ctx = rt.start_probe(SCRIPT, args.backend, args.device, args.timeout)
     except rt.ProbeError as exc:
         if info.rank == 0:
+            report["ranks"] = [identity_row(info, socket.gethostname(), args.device)]
             report["checks"]["init"] = {"ok": False, "detail": str(exc), "seconds": args.timeout,
                                         "failed_ranks": [0]}
             write_json(args.json, report)
@@ -422,13 +432,6 @@ def run(args: argparse.Namespace) -> int:
     book = CheckBook(ctx)
     book.record("init", True, f"{ctx.backend} process group of {ctx.world_size} within {args.timeout:g} s",
                 time.perf_counter() - wall)
-    identity = (f"LOCAL_RANK={info.local_rank} RANK={info.rank} GROUP_RANK={info.group_rank} "
-                f"LOCAL_WORLD_SIZE={info.local_world_size} WORLD_SIZE={info.world_size} host={ctx.host} "
-                f"device={ctx.device}")
-    if ctx.device.type == "cuda":
-        identity += f" ({torch.cuda.get_device_name(ctx.device)})"
-    ctx.say(f"{identity} source={info.source}")
-
     rows: list[dict[str, Any]] = []
 
     def topology() -> str:
@@ -468,7 +471,7 @@ def run(args: argparse.Namespace) -> int:
             raise CheckFailed(f"loss did not go down: {before:.4f} -> {after:.4f}")
         return f"{before:.4f} -> {after:.4f}"
 
-    book.run("ddp_training", "DDP training", training)
+    book.run("ddp_training", "DDP training (gradient all_reduce among all ranks)", training)
     book.run("params_identical", "comparing parameters with rank 0", identical)
     book.run("loss_decreased", "evaluating the loss", loss_down)
 
