@@ -69,6 +69,9 @@ def fetch_password(region: str) -> str:
     try:
         client = boto3.session.Session().client("ecr", region_name=region)
         response = client.get_authorization_token()
+    except bce.ProfileNotFound as exc:
+        raise AuthError(f"AWS profile not found: {exc}",
+                        fix="check AWS_PROFILE against the profiles in ~/.aws/config") from None
     except bce.NoCredentialsError:
         raise AuthError(
             "no AWS credentials found",

@@ -14,6 +14,7 @@ from typing import Any
 
 import docker
 import docker.errors
+from docker.models.images import Image
 
 from clusterprobe import ecr, engine
 from clusterprobe.errors import ConfigError, RegistryError
@@ -134,19 +135,11 @@ def execute_push(
     if target.ecr is not None and docker_credentials(target.registry_host) is None:
         ecr.docker_login(runner, ecr.LoginTarget(target.ecr.host, target.ecr.region))
         client.api.reload_config()
-    remote = RegistryClient(target.registry_host).manifest(target.repository, target.tag or "latest")
-    if remote is not None and remote.config_digest == image.id:
-        runner.echo(f"[{spec.variant}] {target} already holds this image ({remote.digest}): skipped")
-        return PushResult(spec.variant, str(target), remote.digest, skipped=True, attempts=0)
-    runner.show(spec.commands()[0])
-    image.tag(target.name, target.tag)
-    runner.show(spec.commands()[1])
     attempt = 0
     while True:
         attempt += 1
         try:
-            digest = _push_once(client, runner, spec)
-            return PushResult(spec.variant, str(target), digest, skipped=False, attempts=attempt)
+            return _push_unless_present(client, runner, spec, image, attempt)
         except RegistryError as exc:
             if attempt > retries or not is_transient(exc.message):
                 raise
@@ -154,6 +147,22 @@ def execute_push(
             runner.echo(f"[{spec.variant}] push attempt {attempt} failed ({exc.message.splitlines()[0]}); "
                         f"retrying in {delay:.0f} s")
             sleep(delay)
+
+
+def _push_unless_present(
+    client: docker.DockerClient, runner: Runner, spec: PushSpec, image: Image, attempt: int
+) -> PushResult:
+    """One attempt: skip when the tag already holds our image (its config digest is our image ID)."""
+    target = spec.target
+    remote = RegistryClient(target.registry_host).manifest(target.repository, target.tag or "latest")
+    if remote is not None and remote.config_digest == image.id:
+        runner.echo(f"[{spec.variant}] {target} already holds this image ({remote.digest}): skipped")
+        return PushResult(spec.variant, str(target), remote.digest, skipped=True, attempts=attempt)
+    runner.show(spec.commands()[0])
+    image.tag(target.name, target.tag)
+    runner.show(spec.commands()[1])
+    digest = _push_once(client, runner, spec)
+    return PushResult(spec.variant, str(target), digest, skipped=False, attempts=attempt)
 
 
 def _push_once(client: docker.DockerClient, runner: Runner, spec: PushSpec) -> str:

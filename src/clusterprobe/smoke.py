@@ -63,7 +63,7 @@ class SmokeResult:
 def docker_run_command(image: str, argv: Sequence[str]) -> list[str]:
     """The `docker run` line equivalent to what `run_in_image` does, for dry-run and logs."""
     env = [arg for k, v in sorted(SMOKE_ENV.items()) for arg in ("-e", f"{k}={v}")]
-    return ["docker", "run", "--rm", "--network", "none", "--shm-size", "1g", "--entrypoint", "",
+    return ["docker", "run", "--rm", "--shm-size", "1g", "--entrypoint", "",
             *env, image, *argv]
 
 
@@ -77,7 +77,8 @@ def run_in_image(
             command=list(argv),
             entrypoint=[""],  # Pyxis does not run the image's ENTRYPOINT; neither do we
             environment=SMOKE_ENV,
-            network_mode="none",
+            # Default bridge network, not "none": torchrun's rendezvous resolves the container's
+            # hostname, which only the bridge network's /etc/hosts provides.
             shm_size="1g",
             detach=True,
         )
@@ -131,7 +132,7 @@ def smoke_test(
     entrypoints: Path,
     *,
     force: bool = False,
-    timeout: float = 300,
+    timeout: float = 180,
 ) -> SmokeResult:
     """Run the smoke steps in `image_id`; SmokeTestError on the first failure.
 

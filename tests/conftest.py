@@ -1,0 +1,121 @@
+"""Session fixtures of the test rig, shared by every test directory.
+
+Real parts only: the Docker engine (started if none answers), a torch base image built locally
+(cached by tag), an htpasswd registry on loopback, the ECR API emulator (moto: AWS itself is the
+one thing that cannot run here), real Slurm daemons (tests/rig/slurm.py).
+
+Everything the tests write to the Docker client configuration and to clusterprobe's cache goes
+to a per-session folder, so a developer's ~/.docker and ~/.cache are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+_SESSION_DIR = Path(tempfile.mkdtemp(prefix="clusterprobe-tests-"))
+os.environ["DOCKER_CONFIG"] = str(_SESSION_DIR / "docker-config")
+os.environ["CLUSTERPROBE_CACHE_DIR"] = str(_SESSION_DIR / "cache")
+os.environ.setdefault("INVOKE_CLUSTERPROBE_REGION", "us-east-1")
+
+from clusterprobe.settings import Settings  # noqa: E402
+from tests.rig.docker_engine import ensure_engine  # noqa: E402
+from tests.rig.ecr_emulator import EcrEmulator, start_ecr_emulator  # noqa: E402
+from tests.rig.registry import LocalRegistry, start_registry  # noqa: E402
+
+LOCAL_BASE_TAG = Settings().local_base_tag
+
+
+def run_invoke(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    unset: tuple[str, ...] = (),
+    timeout: float = 900,
+    cwd: Path = ROOT,
+) -> subprocess.CompletedProcess[str]:
+    """Run `invoke ARGS` as a user would, from the checkout; output captured as text.
+
+    `env` adds to this process's environment, `unset` removes variables from it.
+    """
+    full_env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def session_dir() -> Path:
+    return _SESSION_DIR
+
+
+@pytest.fixture(scope="session")
+def docker_client():  # type: ignore[no-untyped-def]
+    from clusterprobe import engine
+
+    ensure_engine()
+    client = engine.connect()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def local_base(docker_client) -> str:  # type: ignore[no-untyped-def]
+    """The torch CPU base image, built without any registry (cached by tag across runs)."""
+    from clusterprobe.localbase import LocalBaseSpec, build_local_base
+    from clusterprobe.runner import Runner
+
+    build_local_base(docker_client, Runner(), LocalBaseSpec(tag=LOCAL_BASE_TAG, torch_version="2.13.0"))
+    return LOCAL_BASE_TAG
+
+
+@pytest.fixture(scope="session")
+def cpu_image(docker_client, local_base):  # type: ignore[no-untyped-def]
+    """The cpu variant, really built and smoke-tested once per session; a BuildResult."""
+    from clusterprobe import build
+    from clusterprobe.config import load_variants
+    from clusterprobe.runner import Runner
+
+    config = load_variants(ROOT / "images" / "variants.yaml", region="us-east-1")
+    (spec,) = build.plan_builds(config, ["cpu"], repository="clusterprobe",
+                                base_images={"cpu": local_base})
+    result = build.execute_build(docker_client, Runner(), spec)
+    assert result is not None
+    return result
+
+
+@pytest.fixture(scope="session")
+def ecr_emulator() -> Iterator[EcrEmulator]:
+    emulator = start_ecr_emulator()
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def registry(ecr_emulator: EcrEmulator, session_dir: Path) -> Iterator[LocalRegistry]:
+    """A real registry that accepts the ECR emulator's token, as ECR accepts its own."""
+    reg = start_registry(session_dir / "registry", "AWS", ecr_emulator.password())
+    yield reg
+    reg.stop()
+
+
+@pytest.fixture
+def aws_env(ecr_emulator: EcrEmulator, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """AWS variables pointing boto3 at the emulator, set in-process and returned for subprocesses."""
+    for key, value in ecr_emulator.env.items():
+        monkeypatch.setenv(key, value)
+    return ecr_emulator.env
