@@ -6,7 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
-  docker.io            # Docker engine (dockerd) and CLI
   squashfs-tools       # mksquashfs/unsquashfs: the native squash backend
   squashfuse fuse3     # mount a .sqsh without root tricks (tests)
   debootstrap          # `invoke local-base`: a Debian rootfs without any image registry
@@ -18,6 +17,9 @@ PACKAGES=(
 )
 
 missing=()
+# A machine that already has a Docker engine (GitHub's runners: docker-ce) keeps it; docker.io
+# would conflict with it.
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
