@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.entrypoints.procs import ENTRYPOINTS, Launch
+# `tests` is importable however pytest was started (the root conftest relies on the same).
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.entrypoints.procs import ENTRYPOINTS, Launch  # noqa: E402
 
 # The scripts import their shared module by name, as they do from /opt/clusterprobe.
 if str(ENTRYPOINTS) not in sys.path:
