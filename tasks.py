@@ -12,14 +12,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from invoke import Context, Exit, task
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))  # run from a checkout, uninstalled
 
-from clusterprobe import commands  # noqa: E402
-from clusterprobe.errors import ClusterProbeError  # noqa: E402
-from clusterprobe.runner import Runner  # noqa: E402
-from clusterprobe.settings import Settings, from_mapping  # noqa: E402
+from clusterprobe import commands
+from clusterprobe.errors import ClusterProbeError
+from clusterprobe.runner import Runner
+from clusterprobe.settings import Settings, from_mapping
 
 
 @contextmanager

@@ -235,18 +235,22 @@ class BuildResult:
         }
 
 
-def ensure_base_image(client: docker.DockerClient, runner: Runner, ref: str, label: str) -> str:
-    """The base image's ID; pulls it (after an automatic ECR login for ECR hosts) when missing."""
-    image = engine.get_image(client, ref)
+def ensure_base_image(client: docker.DockerClient | None, runner: Runner, ref: str, label: str) -> str:
+    """The base image's ID; pulls it (after an automatic ECR login for ECR hosts) when missing.
+
+    `client` is None only in a dry run without a reachable engine: the pull is then printed.
+    """
+    image = engine.get_image(client, ref) if client is not None else None
     if image is not None:
         return str(image.id)
     parsed = ImageRef.parse(ref)
     if parsed.ecr is not None:
         runner.echo(f"[{label}] base image {ref} is not local; logging in to {parsed.registry}")
         ecr.docker_login(runner, ecr.LoginTarget(parsed.ecr.host, parsed.ecr.region))
-        client.api.reload_config()
+        if client is not None:
+            client.api.reload_config()
     runner.show(["docker", "pull", ref])
-    if runner.dry_run:
+    if runner.dry_run or client is None:
         return ""
     _pull(client, parsed, label, runner)
     image = engine.get_image(client, ref)
@@ -302,7 +306,7 @@ def run_build(
 
 
 def execute_build(
-    client: docker.DockerClient,
+    client: docker.DockerClient | None,
     runner: Runner,
     spec: BuildSpec,
     *,
@@ -321,6 +325,7 @@ def execute_build(
                      f"{spec.repository}:{label}-torch<probed>-...-{spec.revision}"])
         runner.show(["docker", "tag", spec.candidate_tag, spec.alias_tag])
         return None
+    assert client is not None, "a real build needs the engine"
     probe_script = spec.variant.entrypoints / "versions.py"
     base_versions = smoke.probe_versions(client, runner, spec.base_image, base_id, probe_script)
     labels = {**spec.static_labels(), **version_labels(base_versions)}

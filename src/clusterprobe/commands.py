@@ -9,8 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import docker
+
 from clusterprobe import build as build_mod
-from clusterprobe import ecr, engine, localbase, output, push as push_mod
+from clusterprobe import ecr, engine, localbase, output
+from clusterprobe import push as push_mod
 from clusterprobe.config import load_variants, parse_key_values
 from clusterprobe.runner import Runner
 from clusterprobe.settings import Settings
@@ -75,11 +78,13 @@ def build(
     for spec in specs:
         with output.stage(f"build {spec.variant.name} on {spec.base_image}"):
             result = build_mod.execute_build(client, runner, spec, smoke_test=smoke_test, no_cache=no_cache)
-        if result is not None:
-            for tag in tags:
-                expanded = tag.replace("{variant}", spec.variant.name)
-                runner.show(["docker", "tag", result.tag, f"{settings.repository}:{expanded}"])
+        for tag in tags:
+            expanded = tag.replace("{variant}", spec.variant.name)
+            runner.show(["docker", "tag", result.tag if result else spec.alias_tag,
+                         f"{settings.repository}:{expanded}"])
+            if result is not None and client is not None:
                 client.images.get(result.image_id).tag(settings.repository, expanded)
+        if result is not None:
             results.append(result)
     if results or not runner.dry_run:
         output.emit([r.row() for r in results], BUILD_COLUMNS, as_json=as_json and not push)
@@ -115,9 +120,9 @@ def push_images(
     return results
 
 
-def _optional_client():  # type: ignore[no-untyped-def]
+def _optional_client() -> docker.DockerClient | None:
     """In dry-run the engine is consulted when it answers (to say what is already there)."""
     try:
         return engine.connect(timeout=5)
-    except Exception:  # noqa: BLE001 - dry-run must work without an engine
+    except Exception:
         return None

@@ -165,7 +165,7 @@ def load_variants(path: str | Path, *, region: str | None = None) -> VariantsCon
             fix="pass --variants-file or set clusterprobe.variants_file in invoke.yaml",
         ) from None
     try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - _LineLoader is a SafeLoader
+        data = yaml.load(text, Loader=_LineLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""

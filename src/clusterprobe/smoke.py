@@ -4,6 +4,7 @@ the smoke test that every freshly built image must pass before it is tagged or p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -72,7 +73,7 @@ def run_in_image(
 ) -> tuple[int, str]:
     """Run `argv` in a fresh container of `image`; (exit code, combined output). Always removed."""
     try:
-        container = client.containers.run(
+        container = client.containers.create(
             image,
             command=list(argv),
             entrypoint=[""],  # Pyxis does not run the image's ENTRYPOINT; neither do we
@@ -80,10 +81,19 @@ def run_in_image(
             # Default bridge network, not "none": torchrun's rendezvous resolves the container's
             # hostname, which only the bridge network's /etc/hosts provides.
             shm_size="1g",
-            detach=True,
+            labels={"io.clusterprobe.smoke": "1"},
         )
     except docker.errors.APIError as exc:
-        raise DockerEngineError(f"could not start a container of {image}: {exc.explanation or exc}") from None
+        raise DockerEngineError(f"could not create a container of {image}: {exc.explanation or exc}") from None
+    try:
+        container.start()
+    except docker.errors.APIError as exc:
+        container.remove(force=True)
+        explanation = str(exc.explanation or exc)
+        if "executable file not found" in explanation or "no such file or directory" in explanation:
+            # The image lacks the program: the image's problem (exit 127, as a shell says), not the engine's.
+            return 127, f"{argv[0]}: not found in the image ({explanation})"
+        raise DockerEngineError(f"could not start a container of {image}: {explanation}") from None
     try:
         try:
             status = container.wait(timeout=timeout)
@@ -96,10 +106,8 @@ def run_in_image(
             output += f"\n[clusterprobe] killed after {timeout:.0f} s"
         return code, output
     finally:
-        try:
+        with contextlib.suppress(docker.errors.APIError):
             container.remove(force=True)
-        except docker.errors.APIError:
-            pass
 
 
 def probe_versions(

@@ -7,7 +7,7 @@ change only docs or tests, so an unchanged image is never rebuilt, re-squashed o
 from __future__ import annotations
 
 import shutil
-import subprocess
+import subprocess  # noqa: TID251 - read-only git queries; no git is not an error here
 from collections.abc import Sequence
 from pathlib import Path
 
