@@ -165,7 +165,7 @@ class LaunchInfo:
 
     @property
     def source(self) -> str:
-        return f"{self.launcher}: {' '.join(self.variables)}" if self.variables else self.launcher
+        return f"{self.launcher}: {' '.join(self.variables) or 'no launcher variables'}"
 
 
 def _int_var(env: Mapping[str, str], name: str) -> int:
@@ -600,6 +600,8 @@ def join_process_group(
     else:
         store = _connect_store(info, deadline, timeout)
         _wait_for_ranks(store, info, prefix, deadline, timeout)
+        # the store was opened with what was left of the deadline; the group's work gets all of it
+        store.set_timeout(datetime.timedelta(seconds=timeout))
     kwargs: dict[str, Any] = {}
     if device.type == "cuda" and backend == "nccl" and _accepts_device_id():
         kwargs["device_id"] = device  # binds the GPU, and NCCL connects now instead of lazily

@@ -368,7 +368,10 @@ class Bench:
         self.elem = torch.empty((), dtype=self.dtype).element_size()
         self.rows: list[dict[str, Any]] = []
         self.skipped: dict[str, str] = {}
-        self.json = open(args.json, "w") if args.json and ctx.rank == 0 else None  # noqa: SIM115
+        self.json = None
+        if args.json and ctx.rank == 0:
+            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+            self.json = open(args.json, "w")  # noqa: SIM115 - written row by row, closed by run()
 
     def supported(self, c: Collective) -> bool:
         """Try the collective once on a tiny buffer; all ranks agree before anyone goes on."""

@@ -76,6 +76,22 @@ def test_torchrun_two_ranks_the_image_smoke_command(launch: Launch, tmp_path: Pa
         )
 
 
+def test_one_process_without_a_launcher(launch: Launch, tmp_path: Path) -> None:
+    """`python entrypoints/ddp_check.py` straight from a checkout: a world of one, no network."""
+    report = tmp_path / "ddp.json"
+    result = run_one(launch, [PYTHON, DDP_CHECK, "--epochs", "1", "--json", str(report)], timeout=90)
+    assert_passed(result, 1)
+    assert_report(read_json(report), 1, "single")
+
+
+def test_cuda_asked_for_where_there_is_none(launch: Launch) -> None:
+    result = run_one(launch, [PYTHON, DDP_CHECK, "--device", "cuda"], timeout=60)
+    assert result.returncode == 4, result.describe()
+    assert result.last_plain_line().startswith(
+        "clusterprobe: ddp_check FAIL --device cuda, but CUDA is not available"
+    )
+
+
 def test_torchrun_four_ranks(launch: Launch, tmp_path: Path) -> None:
     report = tmp_path / "ddp.json"
     args = ["--epochs", "2", "--batch-size", "16", "--samples-per-rank", "128", "--json", str(report)]

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
+from pathlib import Path
+
 import _probe_runtime as rt
 import pytest
+
+from tests.entrypoints.procs import ENTRYPOINTS, PYTHON, clean_env
 
 
 @pytest.mark.parametrize(
@@ -198,3 +204,24 @@ def test_format_table_aligns() -> None:
 def test_first_line_drops_gloo_source_location() -> None:
     exc = RuntimeError("[/__w/pytorch/third_party/gloo/pair.cc:537] Read error: Connection reset\nmore")
     assert rt.first_line(exc) == "Read error: Connection reset"
+
+
+def test_watchdog_ends_a_stuck_process_with_a_message(tmp_path: Path) -> None:
+    """The last resort: no progress for the timeout (+ grace) prints what was awaited and exits 3."""
+    code = (
+        "import time, _probe_runtime as rt\n"
+        "dog = rt.Watchdog('ddp_check', 0, timeout=1.0)\n"
+        "dog.expect('the all_reduce check with 8 ranks')\n"
+        "time.sleep(60)\n"
+    )
+    env = clean_env(PYTHONPATH=str(ENTRYPOINTS))
+    start = time.monotonic()
+    done = subprocess.run(
+        [PYTHON, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == rt.EXIT_TIMEOUT, done
+    assert time.monotonic() - start < 30
+    assert (
+        "[RANK 0] error: timeout: no progress for 2 s while the all_reduce check with 8 ranks" in done.stderr
+    )
+    assert done.stdout.splitlines()[-1].startswith("clusterprobe: ddp_check FAIL timeout: no progress")
