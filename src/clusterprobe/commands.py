@@ -15,6 +15,7 @@ from clusterprobe import build as build_mod
 from clusterprobe import ecr, engine, localbase, output
 from clusterprobe import push as push_mod
 from clusterprobe.config import load_variants, parse_key_values
+from clusterprobe.errors import ConfigError
 from clusterprobe.runner import Runner
 from clusterprobe.settings import Settings
 
@@ -106,6 +107,12 @@ def push_images(
     config = load_variants(settings.variants_file, region=settings.region)
     names = [v.name for v in config.select(variants)]
     client = engine.connect() if not runner.dry_run else _optional_client()
+    if not variants and client is not None:
+        # No --variant: every variant that has been built here (others are not an error).
+        names = [n for n in names if engine.get_image(client, f"{settings.repository}:{n}") is not None]
+        if not names:
+            raise ConfigError("no built variant image to push",
+                              fix="build one first: invoke build --variant cpu")
     specs = push_mod.plan_pushes(client, names, repository=settings.repository,
                                  registry=settings.registry, extra_tags=tags,
                                  allow_missing=runner.dry_run)
