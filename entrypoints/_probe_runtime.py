@@ -557,31 +557,47 @@ def _connect_store(info: LaunchInfo, deadline: float, timeout: float) -> Store:
         ) from None
 
 
+RENDEZVOUS_OK = "ok"
+GAVE_UP = "gave up: "
+
+
 def _wait_for_ranks(store: Store, info: LaunchInfo, prefix: str, deadline: float, timeout: float) -> None:
-    """Count this rank in, then wait until all have; on timeout, name the missing ranks."""
+    """Count this rank in, then wait until all have; on timeout, name the missing ranks.
+
+    One key ends the wait for everyone: the last rank to arrive sets it to "ok"; the first rank
+    whose deadline passes sets it (first writer wins) to why it gave up, so the other waiting
+    ranks stop at once with the same message instead of finding the store gone.
+    """
     where = f"{info.master_addr}:{info.master_port}"
+    done_key, joined_key, read_key = f"{prefix}/all", f"{prefix}/joined", f"{prefix}/read"
     store.set(f"{prefix}/rank/{info.rank}", socket.gethostname())
-    if store.add(f"{prefix}/joined", 1) >= info.world_size:
-        store.set(f"{prefix}/all", "1")
+    if store.add(joined_key, 1) >= info.world_size:
+        store.compare_set(done_key, "", RENDEZVOUS_OK)
     try:
-        store.wait([f"{prefix}/all"], datetime.timedelta(seconds=_remaining(deadline)))
-        return
-    except RuntimeError:
-        pass
-    try:
-        joined = store.add(f"{prefix}/joined", 0)
-        missing = [r for r in range(info.world_size) if not store.check([f"{prefix}/rank/{r}"])]
-    except RuntimeError:  # the store went away: rank 0 gave up first
+        try:
+            store.wait([done_key], datetime.timedelta(seconds=_remaining(deadline)))
+        except RuntimeError:  # our deadline passed: say who is missing, unless someone already did
+            joined = store.add(joined_key, 0)
+            missing = [r for r in range(info.world_size) if not store.check([f"{prefix}/rank/{r}"])]
+            shown = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
+            hint = f"; {info.notes[0]}" if info.notes else ""
+            reason = (f"waited {timeout:g} s for {info.world_size - joined} of {info.world_size} ranks at "
+                      f"{where} (missing ranks: {shown}){hint}")
+            store.compare_set(done_key, "", GAVE_UP + reason)
+        outcome = store.get(done_key).decode()
+        if outcome == RENDEZVOUS_OK:
+            return
+        store.add(read_key, 1)
+        if info.rank == 0 and not info.agent_store:  # we host the store: let the others read why
+            stop = time.monotonic() + 2.0
+            while store.add(read_key, 0) < store.add(joined_key, 0) and time.monotonic() < stop:
+                time.sleep(0.05)
+    except RuntimeError:  # the store went away: its host gave up first
         raise RendezvousTimeout(
             f"waited {timeout:g} s for all {info.world_size} ranks at {where}; the store closed "
             "(rank 0 gave up waiting)"
         ) from None
-    shown = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
-    hint = f"; {info.notes[0]}" if info.notes else ""
-    raise RendezvousTimeout(
-        f"waited {timeout:g} s for {info.world_size - joined} of {info.world_size} ranks at {where} "
-        f"(missing ranks: {shown}){hint}"
-    )
+    raise RendezvousTimeout(outcome.removeprefix(GAVE_UP))
 
 
 def join_process_group(

@@ -105,6 +105,7 @@ class CheckBook:
         self.ctx = ctx
         self.checks: dict[str, Check] = {}
         self.broken: str | None = None
+        self.rows: list[dict[str, Any]] = []  # the gathered rank table, once the topology check ran
 
     def record(self, name: str, ok: bool, detail: str, seconds: float = 0.0) -> None:
         self.checks[name] = Check(ok, detail, round(seconds, 4))
@@ -415,24 +416,10 @@ def print_report(ctx: rt.ProbeContext, report: dict[str, Any]) -> None:
                   f"loss {training['loss_before']:.4f} -> {training['loss_after']:.4f}")
 
 
-def run(args: argparse.Namespace) -> int:
-    wall = time.perf_counter()
-    info = rt.detect_launch()
-    report: dict[str, Any] = {"ok": False, "world_size": info.world_size, "ranks": [], "checks": {},
-                              "training": {}, "versions": versions() if info.rank == 0 else {}}
-    try:
-        ctx = rt.start_probe(SCRIPT, args.backend, args.device, args.timeout)
-    except rt.ProbeError as exc:
-        if info.rank == 0:
-            report["ranks"] = [identity_row(info, socket.gethostname(), args.device)]
-            report["checks"]["init"] = {"ok": False, "detail": str(exc), "seconds": args.timeout,
-                                        "failed_ranks": [0]}
-            write_json(args.json, report)
-        raise
-    book = CheckBook(ctx)
-    book.record("init", True, f"{ctx.backend} process group of {ctx.world_size} within {args.timeout:g} s",
-                time.perf_counter() - wall)
+def run_checks(ctx: rt.ProbeContext, args: argparse.Namespace, book: CheckBook) -> dict[str, Any]:
+    """Every check after init, in order, on this rank; returns the training figures (or {})."""
     rows: list[dict[str, Any]] = []
+    trained: dict[str, Any] = {}
 
     def topology() -> str:
         rows.extend(rank_rows(ctx))
@@ -440,20 +427,6 @@ def run(args: argparse.Namespace) -> int:
         if not ok:
             raise CheckFailed(detail)
         return detail
-
-    book.run("topology", "gathering every rank's identity", topology)
-    if rows:
-        report["ranks"] = [{key: row[key] for key in RANK_KEYS} for row in rows]
-        v = report["versions"]
-        ctx.rank0(f"clusterprobe ddp_check: world_size {ctx.world_size}, backend {ctx.backend}, "
-                  f"torch {v.get('torch')}, CUDA {v.get('cuda')}, NCCL {v.get('nccl')}")
-        table = [[row[key] for key in RANK_KEYS] for row in rows]
-        ctx.rank0(rt.format_table([key.upper() for key in RANK_KEYS], table))
-    book.run("all_reduce", "all_reduce of known values", lambda: check_all_reduce(ctx))
-    book.run("broadcast", "broadcast from ranks 0 and N-1", lambda: check_broadcast(ctx))
-    book.run("barrier", "barrier", lambda: check_barrier(ctx))
-
-    trained: dict[str, Any] = {}
 
     def training() -> str:
         trained.update(train(ctx, args))
@@ -471,10 +444,21 @@ def run(args: argparse.Namespace) -> int:
             raise CheckFailed(f"loss did not go down: {before:.4f} -> {after:.4f}")
         return f"{before:.4f} -> {after:.4f}"
 
+    book.run("topology", "gathering every rank's identity", topology)
+    if rows:
+        book.rows = [{key: row[key] for key in RANK_KEYS} for row in rows]
+        ctx.rank0(rt.format_table([key.upper() for key in RANK_KEYS], [list(row.values()) for row in book.rows]))
+    book.run("all_reduce", "all_reduce of known values", lambda: check_all_reduce(ctx))
+    book.run("broadcast", "broadcast from ranks 0 and N-1", lambda: check_broadcast(ctx))
+    book.run("barrier", "barrier", lambda: check_barrier(ctx))
     book.run("ddp_training", "DDP training (gradient all_reduce among all ranks)", training)
     book.run("params_identical", "comparing parameters with rank 0", identical)
     book.run("loss_decreased", "evaluating the loss", loss_down)
+    return trained
 
+
+def gather_results(ctx: rt.ProbeContext, book: CheckBook, trained: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's checks and figures, indexed by rank (only rank 0's own when the group broke)."""
     cuda = ctx.device.type == "cuda"
     local: dict[str, Any] = {
         "checks": {name: asdict(check) for name, check in book.checks.items()},
@@ -484,34 +468,74 @@ def run(args: argparse.Namespace) -> int:
         "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated(ctx.device) if cuda else None,
     }
     if book.broken:  # gathering over a broken group would only wait out the timeout again
-        gathered = [local] if ctx.rank == 0 else []
-    else:
-        ctx.watchdog.expect("gathering the results of every rank")
-        gathered = rt.gather_objects(local, ctx.device)
+        return [local] if ctx.rank == 0 else []
+    ctx.watchdog.expect("gathering the results of every rank")
+    return rt.gather_objects(local, ctx.device)
+
+
+def training_report(args: argparse.Namespace, trained: dict[str, Any], gathered: list[dict[str, Any]],
+                    identical: bool) -> dict[str, Any]:
+    rates = [g["samples_per_s"] for g in gathered]
+    return {
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "samples_per_rank": trained["samples"],
+        "steps_per_epoch": trained["steps_per_epoch"],
+        "loss_before": trained["loss_before"],
+        "loss_after": trained["loss_after"],
+        "params_identical": identical,
+        "seconds": max(g["seconds"] for g in gathered),
+        "samples_per_s_per_rank": rates,
+        "samples_per_s_total": sum(rates),
+        "peak_rss_bytes_per_rank": [g["peak_rss_bytes"] for g in gathered],
+        "peak_gpu_mem_bytes_per_rank": [g["peak_gpu_mem_bytes"] for g in gathered],
+        "profile_dir": os.path.abspath(args.profile) if args.profile else None,
+    }
+
+
+def pass_detail(ctx: rt.ProbeContext, report: dict[str, Any], seconds: float) -> str:
+    training = report["training"]
+    return (
+        f"world_size={ctx.world_size} hosts={len({row['host'] for row in report['ranks']})} "
+        f"backend={ctx.backend} device={ctx.device.type} checks={len(report['checks'])}/{len(report['checks'])} "
+        f"samples_per_s={training['samples_per_s_total']:.1f} "
+        f"loss={training['loss_before']:.4f}->{training['loss_after']:.4f} seconds={seconds:.1f}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    wall = time.perf_counter()
+    info = rt.detect_launch()
+    report: dict[str, Any] = {"ok": False, "world_size": info.world_size, "ranks": [], "checks": {},
+                              "training": {}, "versions": versions() if info.rank == 0 else {}}
+    try:
+        ctx = rt.start_probe(SCRIPT, args.backend, args.device, args.timeout)
+    except rt.ProbeError as exc:
+        if info.rank == 0:  # the report says what it can: this rank, and why init failed
+            report["ranks"] = [identity_row(info, socket.gethostname(), args.device)]
+            report["checks"]["init"] = {"ok": False, "detail": str(exc), "seconds": args.timeout,
+                                        "failed_ranks": [0]}
+            write_json(args.json, report)
+        raise
+    book = CheckBook(ctx)
+    book.record("init", True, f"{ctx.backend} process group of {ctx.world_size} within {args.timeout:g} s",
+                time.perf_counter() - wall)
+    v = report["versions"]
+    ctx.rank0(f"clusterprobe ddp_check: world_size {ctx.world_size}, backend {ctx.backend}, "
+              f"torch {v.get('torch')}, CUDA {v.get('cuda')}, NCCL {v.get('nccl')}")
+    trained = run_checks(ctx, args, book)
+    gathered = gather_results(ctx, book, trained)
     per_rank = [{name: Check(**check) for name, check in g["checks"].items()} for g in gathered]
+    ok = all(all(c.ok for c in checks.values()) for checks in per_rank) and not book.broken
     if ctx.rank == 0:
+        report["ranks"] = book.rows
         report["checks"] = merge_checks(per_rank)
         if trained and not book.broken:
-            rates = [g["samples_per_s"] for g in gathered]
-            report["training"] = {
-                "epochs": args.epochs,
-                "batch_size": args.batch_size,
-                "samples_per_rank": trained["samples"],
-                "steps_per_epoch": trained["steps_per_epoch"],
-                "loss_before": trained["loss_before"],
-                "loss_after": trained["loss_after"],
-                "params_identical": report["checks"]["params_identical"]["ok"],
-                "seconds": max(g["seconds"] for g in gathered),
-                "samples_per_s_per_rank": rates,
-                "samples_per_s_total": sum(rates),
-                "peak_rss_bytes_per_rank": [g["peak_rss_bytes"] for g in gathered],
-                "peak_gpu_mem_bytes_per_rank": [g["peak_gpu_mem_bytes"] for g in gathered],
-                "profile_dir": os.path.abspath(args.profile) if args.profile else None,
-            }
-        report["ok"] = all(c["ok"] for c in report["checks"].values()) and not book.broken
+            identical = report["checks"]["params_identical"]["ok"]
+            report["training"] = training_report(args, trained, gathered, identical)
+        report["ok"] = ok
         print_report(ctx, report)
         write_json(args.json, report)
-    ok = all(all(c.ok for c in checks.values()) for checks in per_rank) and not book.broken
     # leave first, then say so: a hang in teardown must not follow a PASS line
     rt.finish_probe(ctx, healthy=not book.broken)
     if ctx.rank != 0:
@@ -519,14 +543,7 @@ def run(args: argparse.Namespace) -> int:
         return rt.conclude(ctx, ok, "", f"failed on this rank: {', '.join(failed) or 'none, on other ranks'}")
     if not ok:
         return rt.conclude(ctx, ok, failed_summary(report["checks"]))
-    training_info = report["training"]
-    hosts = len({row["host"] for row in report["ranks"]})
-    return rt.conclude(ctx, ok, (
-        f"world_size={ctx.world_size} hosts={hosts} backend={ctx.backend} device={ctx.device.type} "
-        f"checks={len(report['checks'])}/{len(report['checks'])} "
-        f"samples_per_s={training_info['samples_per_s_total']:.1f} "
-        f"loss={training_info['loss_before']:.4f}->{training_info['loss_after']:.4f} "
-        f"seconds={time.perf_counter() - wall:.1f}"))
+    return rt.conclude(ctx, ok, pass_detail(ctx, report, time.perf_counter() - wall))
 
 
 def main(argv: list[str] | None = None) -> int:
