@@ -19,6 +19,12 @@ on inputs with known per-rank values and counts every wrong output element (#wro
 ranks). Rank 0 ends with `clusterprobe: comms_bench PASS ...` or `... FAIL <reason>`; FAIL (exit 1)
 when #wrong > 0, when a collective's average busbw is below --min-busbw / NCCL_TESTS_MIN_BW, or
 when nothing could run. A collective the backend lacks is skipped with a note.
+
+--json PATH (rank 0; JSON Lines, one object per row, written as each row completes):
+    collective, dtype, size_bytes, count, world_size, time_us (slowest rank), algbw_gbps,
+    busbw_gbps, wrong (null with -c 0), time_us_min, time_us_max, slowest_rank, slowest_host,
+    root (-1 unless rooted), redop, iters, warmup, backend, device, peak_mem_bytes (highest so
+    far on any rank: the GPU allocator's peak, or peak RSS on CPU)
 """
 
 from __future__ import annotations
@@ -276,12 +282,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="comms_bench.py",
         description="nccl-tests-style collective benchmark over torch.distributed (param's flags accepted).",
+        epilog="Under torchrun, put param-style flags after `--` (torchrun's own parser reads --e and --n "
+        "as abbreviations of its flags). Exit codes: 0 pass, 1 #wrong > 0 or busbw below the minimum, "
+        "2 bad flags, 3 timeout, 4 incomplete launch environment.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add = parser.add_argument
-    add("-b", "--b", "--minbytes", dest="begin", type=parse_size, default=parse_size("8"),
+    add("-b", "--b", "--minbytes", dest="begin", type=parse_size, default="8",
         help="smallest size in bytes (8, 64K, 2M, 1G, 2GB)")
-    add("-e", "--e", "--maxbytes", dest="end", type=parse_size, default=parse_size("32M"),
+    add("-e", "--e", "--maxbytes", dest="end", type=parse_size, default="32M",
         help="largest size in bytes")
     add("-f", "--f", "--stepfactor", dest="factor", type=int, default=2, help="multiply the size by this")
     add("-n", "--n", "--iters", "--num_iters", dest="iters", type=int, default=20, help="timed iterations")
@@ -300,7 +309,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds to wait for all ranks to join, and for any one collective")
     add("--json", metavar="PATH", help="rank 0 writes one JSON object per row here (JSON Lines)")
     add("--min-busbw", type=float, default=_env_float("NCCL_TESTS_MIN_BW"), metavar="GBPS",
-        help="fail when a collective's average busbw is below this (default: $NCCL_TESTS_MIN_BW)")
+        help="fail when a collective's average busbw is below this; default from $NCCL_TESTS_MIN_BW")
     add("--master-ip", help="param's spelling of MASTER_ADDR (used when MASTER_ADDR is unset)")
     add("--master-port", help="param's spelling of MASTER_PORT (used when MASTER_PORT is unset)")
     args = parser.parse_args(argv)

@@ -14,6 +14,18 @@ loss lower. Rank 0 prints the gathered rank table, the versions and the results,
 and ends with one line: `clusterprobe: ddp_check PASS world_size=N ...` or `... FAIL <reason>`.
 Exit codes: 0 pass, 1 a check failed, 2 bad flags, 3 timeout (a rank missing or stuck),
 4 incomplete launch environment.
+
+--json PATH (rank 0, also when init fails):
+    {"ok": bool, "world_size": int,
+     "ranks": [{"rank", "local_rank", "group_rank", "local_world_size", "world_size", "host",
+                "device", "source"}, ...]                        sorted by rank
+     "checks": {NAME: {"ok", "detail", "seconds", "failed_ranks"}}   init, topology, all_reduce,
+               broadcast, barrier, ddp_training, params_identical, loss_decreased
+     "training": {"epochs", "batch_size", "samples_per_rank", "steps_per_epoch", "loss_before",
+                  "loss_after", "params_identical", "seconds", "samples_per_s_per_rank",
+                  "samples_per_s_total", "peak_rss_bytes_per_rank", "peak_gpu_mem_bytes_per_rank",
+                  "profile_dir"}                                 ({} when training did not run)
+     "versions": versions.collect()}
 """
 
 from __future__ import annotations
@@ -46,6 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="ddp_check.py",
         description="Check that multi-node PyTorch DDP works: collectives, a short training, same weights.",
+        epilog="Exit codes: 0 every check passed on every rank, 1 a check failed, 2 bad flags, "
+        "3 timeout (a rank missing or stuck), 4 incomplete launch environment.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
