@@ -724,12 +724,10 @@ def start_probe(script: str, backend: str, device: str, timeout: float) -> Probe
     picked_backend, picked_device = choose_backend_device(backend, device, info.local_rank)
     watchdog = Watchdog(script, info.rank, timeout)
     ctx = ProbeContext(script, info, picked_backend, picked_device, timeout, watchdog)
-    def known(value: int | None) -> str:
-        return "?" if value is None else str(value)
-
+    # who this rank is, before anything can hang: a stuck job's log still shows every rank
     gpu = f" ({torch.cuda.get_device_name(picked_device)})" if picked_device.type == "cuda" else ""
-    ctx.say(f"LOCAL_RANK={known(info.local_rank)} RANK={info.rank} GROUP_RANK={known(info.group_rank)} "
-            f"LOCAL_WORLD_SIZE={known(info.local_world_size)} WORLD_SIZE={info.world_size} host={ctx.host} "
+    ctx.say(f"LOCAL_RANK={_known(info.local_rank)} RANK={info.rank} GROUP_RANK={_known(info.group_rank)} "
+            f"LOCAL_WORLD_SIZE={_known(info.local_world_size)} WORLD_SIZE={info.world_size} host={ctx.host} "
             f"device={picked_device}{gpu} backend={picked_backend} source={info.source}")
     for note in info.notes:
         ctx.say(f"note: {note}")
@@ -738,6 +736,10 @@ def start_probe(script: str, backend: str, device: str, timeout: float) -> Probe
     )
     join_process_group(info, picked_backend, picked_device, timeout, script)
     return ctx
+
+
+def _known(value: int | None) -> str:
+    return "?" if value is None else str(value)
 
 
 def finish_probe(ctx: ProbeContext, healthy: bool) -> None:

@@ -308,10 +308,15 @@ def train(ctx: rt.ProbeContext, args: argparse.Namespace) -> dict[str, Any]:
                         pin_memory=ctx.device.type == "cuda")
     torch.manual_seed(args.seed)
     model = make_model().to(ctx.device)
+    # The first DDP in a process spends seconds on imports before its one broadcast (and much
+    # longer on a loaded machine): the group's own timeout guards that broadcast, the watchdog
+    # only the whole step.
+    ctx.watchdog.expect("building the DDP model (broadcast of rank 0's weights)", 2 * ctx.timeout + 60)
     ddp = DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
+    ctx.watchdog.expect("the loss before training (an all_reduce)")
     loss_before = global_mean_loss(model, loader, ctx.device)
     steps = 0
     rt.synchronize(ctx.device)
