@@ -161,3 +161,40 @@ def push(
         settings = _settings(c, registry=registry, repository=repository)
         commands.push_images(settings, _runner(dry_run), variants=variant, tags=tag, retries=retries,
                              as_json=json)
+
+
+@task(
+    iterable=["variant"],
+    help={
+        "out": "folder for <repository>-<variant>.sqsh and its .sqsh.json manifest, on a file system all "
+        "nodes mount (default: clusterprobe.squash_dir)",
+        "variant": "variant to squash (repeatable; default: every variant with a built image)",
+        "backend": "auto (enroot when installed, else native), enroot, or native (Docker engine + mksquashfs)",
+        "compression": "zstd[:1-22], gzip[:1-9], lzo[:1-9], lz4[:hc] or xz, optionally + -nod (data "
+        "uncompressed; lzo-nod is enroot's default). Default: ENROOT_SQUASH_OPTIONS if set, else zstd:3",
+        "force": "squash again even when the output already holds this image",
+        "wait": "seconds to wait for another squash of the same output to finish (default 0: fail at once)",
+        "repository": "image repository name (default: clusterprobe.repository)",
+        "variants_file": "variants YAML (default: clusterprobe.variants_file)",
+        "json": JSON,
+        "dry_run": DRY_RUN,
+    },
+)
+def squash(
+    c: Context,
+    variant: list[str],
+    out: str = "",
+    backend: str = "auto",
+    compression: str = "",
+    force: bool = False,
+    wait: int = 0,
+    repository: str = "",
+    variants_file: str = "",
+    json: bool = False,
+    dry_run: bool = False,
+) -> None:
+    """Turn built images into .sqsh files for Enroot/Pyxis: atomic, locked, skipped when up to date."""
+    with _user_errors():
+        settings = _settings(c, squash_dir=out, repository=repository, variants_file=variants_file)
+        commands.squash(settings, _runner(dry_run), variants=variant, backend=backend,
+                        compression=compression or None, force=force, wait=wait, as_json=json)

@@ -6,6 +6,7 @@ tasks.py parses flags and calls these; each one validates its input, plans, then
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import docker
 from clusterprobe import build as build_mod
 from clusterprobe import ecr, engine, localbase, output
 from clusterprobe import push as push_mod
+from clusterprobe import squash as squash_mod
+from clusterprobe.compression import choose_compression
 from clusterprobe.config import load_variants, parse_key_values
 from clusterprobe.errors import ConfigError
 from clusterprobe.runner import Runner
@@ -22,6 +25,7 @@ from clusterprobe.settings import Settings
 BUILD_COLUMNS = ("variant", "image", "id", "torch", "cuda", "nccl", "layers_rebuilt", "added_mb",
                  "smoke", "seconds")
 PUSH_COLUMNS = ("variant", "pushed", "digest", "status", "attempts")
+SQUASH_COLUMNS = ("variant", "sqsh", "backend", "compression", "size", "seconds", "status")
 
 
 def login(
@@ -133,3 +137,28 @@ def _optional_client() -> docker.DockerClient | None:
         return engine.connect(timeout=5)
     except Exception:
         return None
+
+
+def squash(
+    settings: Settings,
+    runner: Runner,
+    *,
+    variants: Sequence[str] = (),
+    backend: str = "auto",
+    compression: str | None = None,
+    force: bool = False,
+    wait: float = 0,
+    as_json: bool = False,
+) -> list[squash_mod.SquashResult]:
+    """Built variant images -> <squash_dir>/<repository>-<variant>.sqsh + manifest; see clusterprobe.squash."""
+    config = load_variants(settings.variants_file, region=settings.region)
+    names = [v.name for v in config.select(variants)]
+    chosen = choose_compression(compression, os.environ)
+    client = engine.connect() if not runner.dry_run else _optional_client()
+    specs = squash_mod.plan_squashes(client, names, explicit=bool(variants), repository=settings.repository,
+                                     out_dir=settings.squash_dir, backend=backend, compression=chosen,
+                                     environ=os.environ, allow_missing=runner.dry_run)
+    results = squash_mod.execute_squashes(client, runner, specs, force=force, wait=wait)
+    if not runner.dry_run:
+        output.emit([r.row() for r in results], SQUASH_COLUMNS, as_json=as_json)
+    return results
