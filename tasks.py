@@ -198,3 +198,84 @@ def squash(
         settings = _settings(c, squash_dir=out, repository=repository, variants_file=variants_file)
         commands.squash(settings, _runner(dry_run), variants=variant, backend=backend,
                         compression=compression or None, force=force, wait=wait, as_json=json)
+
+
+@task(
+    auto_shortflags=False,  # too many options for one letter each (-h would shadow --help)
+    iterable=["variant", "mount", "collective"],
+    help={
+        "out": "folder that gets one subfolder of sbatch files per variant, on a file system all nodes "
+        "mount (default: clusterprobe.jobs_dir)",
+        "variant": "variant to stage (repeatable; default: all in variants.yaml)",
+        "runtime": "pyxis: run in the variant's .sqsh through Pyxis/Enroot; host: the nodes' own Python "
+        "(a venv or conda env, see --python)",
+        "nodes": "nodes per job (#SBATCH --nodes; default 2)",
+        "gpus_per_node": "GPU variants: GPUs per node = ranks per node (default 8)",
+        "procs_per_node": "CPU variants: ranks per node (default 2)",
+        "partition": "Slurm partition (#SBATCH --partition; default: the cluster's default partition)",
+        "account": "Slurm account (#SBATCH --account)",
+        "time": "time limit per job, e.g. 00:30:00 or 1-00:00:00 (default 00:30:00)",
+        "exclusive": "ask for whole nodes (#SBATCH --exclusive; --no-exclusive to share them)",
+        "mount": "pyxis: bind mount SRC[:DST[:FLAGS]] for the job, e.g. /fsx:/fsx (repeatable; the "
+        "staged folder is always mounted)",
+        "squash_dir": "pyxis: folder holding <repository>-<variant>.sqsh and its manifest from "
+        "`invoke squash` (default: clusterprobe.squash_dir)",
+        "python": "Python that runs torchrun: pyxis: inside the image (default python); host: an "
+        "absolute path on the nodes (default: the Python running invoke)",
+        "entrypoints": "folder of ddp_check.py and comms_bench.py as the job sees it (default: "
+        "/opt/clusterprobe in images; this checkout's entrypoints/ for --runtime host)",
+        "epochs": "ddp_check: training epochs (default 3)",
+        "timeout": "seconds a rank or node may be late (rendezvous, collectives) before the job fails "
+        "(default 300)",
+        "min_bytes": "comms_bench: smallest message, e.g. 8 or 64K (default 8)",
+        "max_bytes": "comms_bench: largest message, e.g. 1G (default: 1G on GPUs, 1M on CPUs)",
+        "iters": "comms_bench: timed iterations per size (default: 20 on GPUs, 5 on CPUs)",
+        "collective": "comms_bench: collective to sweep (repeatable: all_reduce, all_gather, "
+        "reduce_scatter, all_to_all, broadcast, reduce)",
+        "min_busbw": "comms_bench: fail when a collective's average busbw (GB/s) is lower",
+        "submit": "sbatch every staged job and print the job IDs",
+        "repository": "image repository name in the .sqsh names (default: clusterprobe.repository)",
+        "variants_file": "variants YAML (default: clusterprobe.variants_file)",
+        "json": JSON,
+        "dry_run": "print the files it would write (and with --submit the sbatch commands), change nothing",
+    },
+)
+def stage_jobs(
+    c: Context,
+    variant: list[str],
+    mount: list[str],
+    collective: list[str],
+    out: str = "",
+    runtime: str = "pyxis",
+    nodes: int = 2,
+    gpus_per_node: int = 8,
+    procs_per_node: int = 2,
+    partition: str = "",
+    account: str = "",
+    time: str = "",
+    exclusive: bool = True,
+    squash_dir: str = "",
+    python: str = "",
+    entrypoints: str = "",
+    epochs: int = 3,
+    timeout: int = 300,
+    min_bytes: str = "",
+    max_bytes: str = "",
+    iters: int = 0,
+    min_busbw: str = "",
+    submit: bool = False,
+    repository: str = "",
+    variants_file: str = "",
+    json: bool = False,
+    dry_run: bool = False,
+) -> None:
+    """Stage sbatch files of the DDP check and the comms sweep per variant; --submit runs them."""
+    with _user_errors():
+        settings = _settings(c, jobs_dir=out, squash_dir=squash_dir, repository=repository,
+                             variants_file=variants_file)
+        commands.stage_jobs(
+            settings, _runner(dry_run), variants=variant, submit=submit, as_json=json, runtime=runtime,
+            nodes=nodes, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node, partition=partition,
+            account=account, time=time, exclusive=exclusive, mounts=mount, python=python,
+            entrypoints=entrypoints, epochs=epochs, timeout=timeout, min_bytes=min_bytes,
+            max_bytes=max_bytes, iters=iters or None, collectives=collective, min_busbw=min_busbw)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import docker
 
@@ -16,6 +17,7 @@ from clusterprobe import build as build_mod
 from clusterprobe import ecr, engine, localbase, output
 from clusterprobe import push as push_mod
 from clusterprobe import squash as squash_mod
+from clusterprobe import stage as stage_mod
 from clusterprobe.compression import choose_compression
 from clusterprobe.config import load_variants, parse_key_values
 from clusterprobe.errors import ConfigError
@@ -162,3 +164,30 @@ def squash(
     if not runner.dry_run:
         output.emit([r.row() for r in results], SQUASH_COLUMNS, as_json=as_json)
     return results
+
+
+STAGE_COLUMNS = ("variant", "job", "job_id", "script")
+
+
+def stage_jobs(
+    settings: Settings,
+    runner: Runner,
+    *,
+    variants: Sequence[str] = (),
+    submit: bool = False,
+    as_json: bool = False,
+    **flags: Any,
+) -> list[dict[str, Any]]:
+    """sbatch files per variant in settings.jobs_dir (+ sbatch with `submit`); see clusterprobe.stage.
+
+    `flags` are stage.validate_options' keywords (a misspelt one is a TypeError, not ignored).
+    """
+    config = load_variants(settings.variants_file, region=settings.region)
+    options = stage_mod.validate_options(out=settings.jobs_dir, squash_dir=settings.squash_dir,
+                                         repository=settings.repository, **flags)
+    selected = config.select(variants)
+    stages = stage_mod.plan_stage(selected, options, stage_mod.read_manifests(selected, options))
+    rows = stage_mod.execute_stage(runner, stages, submit=submit)
+    if not runner.dry_run:
+        output.emit(rows, STAGE_COLUMNS, as_json=as_json)
+    return rows
