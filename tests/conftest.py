@@ -31,6 +31,7 @@ from clusterprobe.settings import Settings  # noqa: E402
 from tests.rig.docker_engine import ensure_engine  # noqa: E402
 from tests.rig.ecr_emulator import EcrEmulator, start_ecr_emulator  # noqa: E402
 from tests.rig.registry import LocalRegistry, start_registry  # noqa: E402
+from tests.rig.slurm import ContainerSlurm, LocalSlurm, start_container_cluster, start_local_slurm  # noqa: E402
 
 LOCAL_BASE_TAG = Settings().local_base_tag
 
@@ -119,3 +120,21 @@ def aws_env(ecr_emulator: EcrEmulator, monkeypatch: pytest.MonkeyPatch) -> dict[
     for key, value in ecr_emulator.env.items():
         monkeypatch.setenv(key, value)
     return ecr_emulator.env
+
+
+@pytest.fixture(scope="session")
+def slurm_local() -> Iterator[LocalSlurm]:
+    """Real slurmctld + slurmd (+ munged) on this host, one node; shared with concurrent sessions."""
+    cluster = start_local_slurm()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(docker_client, cpu_image, session_dir: Path) -> Iterator[ContainerSlurm]:  # type: ignore[no-untyped-def]
+    """Two Slurm nodes (node0, node1) as containers of the cpu image with slurmd added; the folder
+    `slurm_cluster.shared` is mounted at the same path on both and on this host."""
+    cluster = start_container_cluster(docker_client, cpu_image.image_id, session_dir / "slurm-shared",
+                                      session_dir / "slurm-cluster-conf")
+    yield cluster
+    cluster.stop()
