@@ -66,7 +66,9 @@ def main() -> int:
         variants = copy_inputs(Path(tmp), args.base)
         script = Path(tmp) / "entrypoints" / "versions.py"
         cold, noop, touched = [], [], []
-        rebuilt_noop, rebuilt_touch, touched_steps = set(), set(), set()
+        rebuilt_noop: set[int] = set()
+        rebuilt_touch: set[int] = set()
+        touched_steps: set[str] = set()
         result = None
         for i in range(args.repeat):
             shutil.rmtree(os.environ["CLUSTERPROBE_CACHE_DIR"], ignore_errors=True)

@@ -32,8 +32,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-import torch.distributed as dist
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as _exc:  # the wrong python (a login node's system python, say): say so plainly
+    sys.exit(f"clusterprobe: {sys.executable} cannot import torch ({_exc}); run this with the python "
+             "of the image (e.g. under srun --container-image) or of a venv/conda env that has torch")
 
 # torch.distributed re-exports the store classes without __all__, so type checkers cannot see
 # them; these are the public names, typed loosely.
