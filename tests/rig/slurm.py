@@ -65,7 +65,7 @@ class JobInfo:
 
 def parse_scontrol_record(line: str) -> dict[str, str]:
     """`scontrol -o show ...` prints Key=Value pairs separated by spaces (values may hold '=')."""
-    return dict(match.groups() for match in re.finditer(r"(\w[\w/:.]*)=(\S*)", line))
+    return {match.group(1): match.group(2) for match in re.finditer(r"(\w[\w/:.]*)=(\S*)", line)}
 
 
 def _slurm_conf(*, cluster: str, controller: str, node_lines: Sequence[str], paths: dict[str, str],
