@@ -164,6 +164,36 @@ def push(
 
 
 @task(
+    iterable=["variant", "remove"],
+    help={
+        "variant": "variant whose build must fit (repeatable; needs add up): efa 40G, pytorch 16G, cpu 8G",
+        "need": "free space required instead, e.g. 40G (K, M, G, T are powers of 1024)",
+        "path": "folder whose file system must have the space (default: the Docker engine's data "
+        "root, from docker info)",
+        "free": "if short, delete preinstalled toolchains of GitHub-hosted runners, largest first and "
+        "only as many as needed (refused on other machines unless --remove names the folders)",
+        "remove": "folder --free may delete instead of the runner toolchains (repeatable, in order)",
+        "json": JSON,
+        "dry_run": DRY_RUN,
+    },
+)
+def disk(
+    c: Context,
+    variant: list[str],
+    remove: list[str],
+    need: str = "",
+    path: str = "",
+    free: bool = False,
+    json: bool = False,
+    dry_run: bool = False,
+) -> None:
+    """Check free space on the Docker data root for a build; --free makes room on a CI runner."""
+    with _user_errors():
+        commands.disk(_settings(c), _runner(dry_run), variants=variant, need=need or None, path=path or None,
+                      free=free, remove=remove, as_json=json)
+
+
+@task(
     iterable=["variant"],
     help={
         "out": "folder for <repository>-<variant>.sqsh and its .sqsh.json manifest, on a file system all "

@@ -30,6 +30,7 @@ os.environ.setdefault("INVOKE_CLUSTERPROBE_REGION", "us-east-1")
 from clusterprobe.settings import Settings  # noqa: E402
 from tests.rig.docker_engine import ensure_engine  # noqa: E402
 from tests.rig.ecr_emulator import EcrEmulator, start_ecr_emulator  # noqa: E402
+from tests.rig.filesystems import mount_tmpfs, unmount  # noqa: E402
 from tests.rig.registry import LocalRegistry, start_registry  # noqa: E402
 from tests.rig.slurm import ContainerSlurm, LocalSlurm, start_container_cluster, start_local_slurm  # noqa: E402
 
@@ -138,3 +139,12 @@ def slurm_cluster(docker_client, cpu_image, session_dir: Path) -> Iterator[Conta
                                       session_dir / "slurm-cluster-conf")
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs for one test: a real file system whose free space nothing else changes."""
+    mountpoint = tmp_path / "small-fs"
+    mount_tmpfs(mountpoint, 64 * 1024 * 1024)
+    yield mountpoint
+    unmount(mountpoint)

@@ -14,7 +14,7 @@ from typing import Any
 import docker
 
 from clusterprobe import build as build_mod
-from clusterprobe import ecr, engine, localbase, output
+from clusterprobe import diskspace, ecr, engine, localbase, output
 from clusterprobe import push as push_mod
 from clusterprobe import squash as squash_mod
 from clusterprobe import stage as stage_mod
@@ -139,6 +139,43 @@ def _optional_client() -> docker.DockerClient | None:
         return engine.connect(timeout=5)
     except Exception:
         return None
+
+
+DISK_COLUMNS = ("path", "free_gib", "need_gib", "freed_gib", "free_after_gib", "removed", "status")
+
+
+def disk(
+    settings: Settings,
+    runner: Runner,
+    *,
+    variants: Sequence[str] = (),
+    need: str | None = None,
+    path: str | None = None,
+    free: bool = False,
+    remove: Sequence[str] = (),
+    as_json: bool = False,
+) -> diskspace.DiskPlan:
+    """Check (and with `free`, make) room on the Docker data root; see clusterprobe.diskspace."""
+    names: list[str] = []
+    if variants:
+        names = [v.name for v in load_variants(settings.variants_file, region=settings.region).select(variants)]
+    need_bytes = diskspace.parse_size(need) if need else diskspace.variants_need(names)
+    root = diskspace.check_path(path) if path else diskspace.docker_root(engine.connect(timeout=30).info())
+    candidates = diskspace.removables(remove)
+    diskspace.check_removable(candidates, data_root=root)
+    if free:
+        plan = diskspace.plan_free(root, need_bytes, candidates, lambda p: diskspace.du_size(runner, p))
+        free_after = diskspace.execute_free(runner, plan, default_list=not remove)
+    else:
+        plan = diskspace.DiskPlan(path=root, free=diskspace.free_bytes(root), need=need_bytes)
+        free_after = plan.free
+    if runner.dry_run:
+        output.progress(f"{root}: {output.human_bytes(plan.free)} free, {output.human_bytes(need_bytes)} "
+                        f"needed; about {output.human_bytes(free_after)} after the commands above")
+    else:
+        output.emit([diskspace.report_row(plan, free_after, as_json=as_json)], DISK_COLUMNS, as_json=as_json)
+    diskspace.require_room(plan, free_after)
+    return plan
 
 
 def squash(
