@@ -14,7 +14,13 @@ PACKAGES=(
   shellcheck           # staged sbatch files and workflow run: steps must pass it
   docker-registry apache2-utils  # a local registry with htpasswd auth for push tests
   git ca-certificates
+  python3-venv         # python3 -m venv (not on every Debian/Ubuntu image)
 )
+
+# apt and the daemons need root. As root (our machines, which have no sudo) commands run as
+# they are; as a user with sudo (GitHub's runners: `runner`) they go through `sudo -n`.
+as_root=()
+if [ "$(id -u)" -ne 0 ]; then as_root=(sudo -n); fi
 
 missing=()
 # A machine that already has a Docker engine (GitHub's runners: docker-ce) keeps it; docker.io
@@ -25,12 +31,13 @@ for pkg in "${PACKAGES[@]}"; do
 done
 if ((${#missing[@]})); then
   echo "==> apt-get install ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  "${as_root[@]}" apt-get update -qq
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # Debian starts none of the daemons for us; keep the packaged services from trying.
 for svc in slurmctld slurmd munge docker-registry; do
-  systemctl disable --now "$svc" >/dev/null 2>&1 || true
+  "${as_root[@]}" systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done
 
 if ! docker info >/dev/null 2>&1; then
