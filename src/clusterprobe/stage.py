@@ -25,7 +25,7 @@ from typing import Any
 
 import jinja2
 
-from clusterprobe import __version__, output, slurm
+from clusterprobe import __version__, output, slurm, squash
 from clusterprobe.config import Variant, did_you_mean
 from clusterprobe.errors import ConfigError, PreflightError, SlurmError, StageError
 from clusterprobe.output import human_bytes
@@ -315,15 +315,10 @@ class SquashManifest:
     created: str
 
 
-def squash_paths(squash_dir: Path, repository: str, variant: str) -> tuple[Path, Path]:
-    """(.sqsh, its manifest) where `invoke squash` puts them."""
-    name = f"{repository.replace('/', '-')}-{variant}.sqsh"
-    return squash_dir / name, squash_dir / f"{name}.json"
-
-
 def read_squash_manifest(squash_dir: Path, repository: str, variant: str) -> SquashManifest:
     """The manifest of a variant's .sqsh, checked against the file; PreflightError otherwise."""
-    sqsh, manifest_path = squash_paths(squash_dir, repository, variant)
+    paths = squash.squash_paths(squash_dir, repository, variant)  # the names `invoke squash` writes
+    sqsh, manifest_path = paths.sqsh, paths.manifest
     fix = f"run `invoke squash --variant {variant} --out {squash_dir}` (or pass --squash-dir)"
     if not manifest_path.is_file():
         what = "its .sqsh exists but has no manifest" if sqsh.exists() else "nothing is there"

@@ -14,11 +14,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from clusterprobe import squash
+
 
 def placeholder_squash(squash_dir: Path, variant: str, repository: str = "clusterprobe",
                        size: int = 4096) -> dict[str, object]:
     squash_dir.mkdir(parents=True, exist_ok=True)
-    sqsh = squash_dir / f"{repository}-{variant}.sqsh"
+    paths = squash.squash_paths(squash_dir, repository, variant)
+    sqsh = paths.sqsh
     sqsh.write_bytes(b"hsqs" + bytes(size - 4))  # squashfs magic, then nothing: a placeholder
     manifest = {
         "variant": variant,
@@ -30,7 +33,7 @@ def placeholder_squash(squash_dir: Path, variant: str, repository: str = "cluste
         "size_bytes": size,
         "created": "2026-01-02T03:04:05Z",
     }
-    (squash_dir / f"{sqsh.name}.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    paths.manifest.write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
