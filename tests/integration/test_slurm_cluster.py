@@ -69,3 +69,24 @@ def test_test_only_accepts_every_two_node_pyxis_file(slurm_cluster: ContainerSlu
     for row in rows:
         answer = slurm_cluster.test_only(row["script"])
         assert answer.returncode == 0 and "node[0-1]" in answer.stderr, f"{row['script']}: {answer.stderr}"
+
+
+def test_a_node_that_never_joins_fails_the_job_instead_of_hanging(slurm_cluster: ContainerSlurm) -> None:
+    """node1's torchrun is replaced by a process that never joins (a hung node); node0's torchrun
+    must give up after --timeout (join_timeout) and --kill-on-bad-exit must end node1's task."""
+    shim = slurm_cluster.shared / "python-hangs-on-node1"
+    shim.write_text('#!/bin/bash\nif [ "$(hostname)" = node1 ]; then exec sleep 600; fi\n'
+                    'exec /opt/venv/bin/python "$@"\n')
+    shim.chmod(0o755)
+    rows = _stage(slurm_cluster.shared / "hang-jobs", "--runtime", "host", "--variant", "cpu", "--nodes", "2",
+                  "--procs-per-node", "1", "--python", str(shim), "--entrypoints", "/opt/clusterprobe",
+                  "--epochs", "1", "--timeout", "10")
+    script = next(row["script"] for row in rows if row["job"] == "ddp_check")
+    job_id = slurm_cluster.sbatch(script)
+    info = slurm_cluster.wait(job_id, timeout=120)
+    log = slurm_cluster.shared / "hang-jobs" / "cpu" / "logs" / f"ddp_check-{job_id}.out"
+    text = log.read_text()
+    assert info.state == "FAILED" and info.rc != 0, text[-3000:]
+    assert "RendezvousTimeoutError" in text  # node0 gave up waiting; nothing else failed first
+    verdict, _ = text.rstrip("\n").splitlines()[-2:]
+    assert verdict.startswith(f"clusterprobe: job ddp_check FAIL exit_code={info.rc} ")
