@@ -161,8 +161,7 @@ def disk(
         names = [v.name for v in load_variants(settings.variants_file, region=settings.region).select(variants)]
     need_bytes = diskspace.parse_size(need) if need else diskspace.variants_need(names)
     root = diskspace.check_path(path) if path else diskspace.docker_root(engine.connect(timeout=30).info())
-    candidates = diskspace.removables(remove)
-    diskspace.check_removable(candidates, data_root=root)
+    candidates = diskspace.removables(remove, data_root=root)
     if free:
         plan = diskspace.plan_free(root, need_bytes, candidates, lambda p: diskspace.du_size(runner, p))
         free_after = diskspace.execute_free(runner, plan, default_list=not remove)

@@ -128,30 +128,35 @@ class DiskPlan:
         return sum(r.size for r in self.removals)
 
 
-def removables(paths: Sequence[str]) -> list[Removable]:
-    """The folders named with --remove, or else the GitHub runner toolchains."""
+def removables(paths: Sequence[str], *, data_root: Path) -> list[Removable]:
+    """The folders named with --remove (each checked), or else the GitHub runner toolchains,
+    less any that hold something this run needs (e.g. a Python from the tool cache)."""
     if not paths:
-        return list(RUNNER_TOOLCHAINS)
-    return [Removable(Path(p), "named with --remove") for p in paths]
+        return [t for t in RUNNER_TOOLCHAINS if needed_inside(t.path, data_root) is None]
+    named = [Removable(Path(p), "named with --remove") for p in paths]
+    for candidate in named:
+        if not candidate.path.is_absolute():
+            raise ConfigError(f"--remove {candidate.path}: give an absolute path",
+                              fix=f"e.g. --remove {Path('/') / candidate.path}")
+        kept = needed_inside(candidate.path, data_root)
+        if kept is not None:
+            raise ConfigError(
+                f"--remove {candidate.path} would delete {kept}, which this run needs",
+                fix="name a folder that holds neither the Docker data root, nor this checkout, "
+                "nor the Python running this",
+            )
+    return named
 
 
-def check_removable(candidates: Sequence[Removable], *, data_root: Path) -> None:
-    """A folder to delete must be absolute and hold nothing this run needs: the Docker data root,
-    the current folder (the checkout), the Python environment running us, this package."""
-    keep = [data_root, Path.cwd(), Path(sys.prefix), Path(__file__).parent]
-    for candidate in candidates:
-        path = candidate.path
-        if not path.is_absolute():
-            raise ConfigError(f"--remove {path}: give an absolute path", fix=f"e.g. --remove {Path('/') / path}")
-        resolved = path.resolve()
-        for kept in keep:
-            kept_resolved = kept.resolve()
-            if kept_resolved == resolved or resolved in kept_resolved.parents:
-                raise ConfigError(
-                    f"--remove {path} would delete {kept}, which this run needs",
-                    fix="name a folder that holds neither the Docker data root, nor this checkout, "
-                    "nor the Python environment",
-                )
+def needed_inside(folder: Path, data_root: Path) -> Path | None:
+    """What `folder` holds that this run needs: the Docker data root, the current folder (the
+    checkout), the Python environment and interpreter running us, this package; None if nothing."""
+    resolved = folder.resolve()
+    for kept in (data_root, Path.cwd(), Path(sys.prefix), Path(sys.base_prefix), Path(__file__).parent):
+        kept_resolved = kept.resolve()
+        if kept_resolved == resolved or resolved in kept_resolved.parents:
+            return kept
+    return None
 
 
 def check_path(path: str) -> Path:

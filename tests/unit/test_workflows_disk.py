@@ -117,12 +117,23 @@ def test_default_list_is_refused_off_github_hosted_runners(tmp_path: Path, monke
 def test_folders_this_run_needs_are_refused(tmp_path: Path) -> None:
     data_root = tmp_path / "docker"
     data_root.mkdir()
-    for bad in (tmp_path, data_root, Path.cwd(), Path(sys.prefix), Path("/")):
+    for bad in (tmp_path, data_root, Path.cwd(), Path(sys.prefix), Path(sys.base_prefix), Path("/")):
         with pytest.raises(ConfigError, match="which this run needs"):
-            diskspace.check_removable([Removable(bad, "x")], data_root=data_root)
+            diskspace.removables([str(bad)], data_root=data_root)
     with pytest.raises(ConfigError, match="absolute path"):
-        diskspace.check_removable([Removable(Path("usr/share/dotnet"), "x")], data_root=data_root)
-    diskspace.check_removable(diskspace.RUNNER_TOOLCHAINS, data_root=Path("/var/lib/docker"))
+        diskspace.removables(["usr/share/dotnet"], data_root=data_root)
+    other = tmp_path / "other"
+    assert diskspace.removables([str(other)], data_root=data_root) == [Removable(other, "named with --remove")]
+
+
+def test_default_list_leaves_out_toolchains_this_run_needs() -> None:
+    """A venv made from a tool-cache Python (/opt/hostedtoolcache/Python/...) keeps that cache."""
+    everything = diskspace.removables([], data_root=Path("/var/lib/docker"))
+    assert everything == list(diskspace.RUNNER_TOOLCHAINS)
+    toolcache = Path("/opt/hostedtoolcache")
+    assert diskspace.needed_inside(toolcache, data_root=toolcache / "docker") == toolcache / "docker"
+    kept = diskspace.removables([], data_root=toolcache / "docker")
+    assert [r.path for r in kept] == [t.path for t in diskspace.RUNNER_TOOLCHAINS if t.path != toolcache]
 
 
 def test_report_row_for_people_and_programs(tmp_path: Path) -> None:
