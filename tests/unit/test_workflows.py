@@ -37,6 +37,16 @@ def test_both_workflows_exist() -> None:
     assert {"ci.yml", "publish.yml"} <= names
 
 
+@pytest.mark.parametrize("path", workflows.workflow_files(), ids=lambda p: p.name)
+def test_run_steps_fail_on_any_failed_command(path: Path) -> None:
+    """Unspecified, GitHub runs `bash -e` without pipefail: `invoke build | tee` would pass on failure."""
+    data = workflows.load(path.name)
+    assert data["defaults"]["run"]["shell"] == "bash"
+    for job in data["jobs"].values():
+        for step in job.get("steps", []):
+            assert step.get("shell", "bash") == "bash", step
+
+
 def test_workflows_validate_against_the_github_workflow_schema() -> None:
     result = _validate(*workflows.workflow_files())
     assert result.returncode == 0, result.stdout + result.stderr
