@@ -10,7 +10,9 @@ and moves the alias `<repository>:<variant>` (what squash and push use) onto it.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import tarfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,6 +32,9 @@ from clusterprobe.runner import Runner, display_command
 from clusterprobe.source import origin_url, revision
 
 LABEL_PREFIX = "io.clusterprobe"
+# Digest of everything an image is built from (context, build args, base image ID, variant):
+# two builds with equal inputs are equivalent even where the builder's timestamps differ.
+INPUTS_LABEL = f"{LABEL_PREFIX}.inputs"
 # Files of the entrypoints folder that never go into an image (also listed in .dockerignore,
 # so that the printed `docker build` command is exactly equivalent).
 CONTEXT_SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
@@ -181,6 +186,13 @@ def context_tar(spec: BuildSpec) -> bytes:
     return buffer.getvalue()
 
 
+def inputs_digest(spec: BuildSpec, base_id: str) -> str:
+    digest = hashlib.sha256(context_tar(spec))
+    digest.update(json.dumps({"variant": spec.variant.name, "base_id": base_id,
+                              "build_args": dict(sorted(spec.build_args.items()))}, sort_keys=True).encode())
+    return f"sha256:{digest.hexdigest()}"
+
+
 def version_tag(variant: str, versions: Mapping[str, Any], rev: str) -> str:
     """`cpu-torch2.13.0-1a2b3c4d`, `efa-torch2.9.0-cu13.0-nccl2.27.7-ofi1.16.2-1a2b3c4d`."""
     torch_version = str(versions.get("torch") or "unknown").split("+")[0]
@@ -328,7 +340,8 @@ def execute_build(
     assert client is not None, "a real build needs the engine"
     probe_script = spec.variant.entrypoints / "versions.py"
     base_versions = smoke.probe_versions(client, runner, spec.base_image, base_id, probe_script)
-    labels = {**spec.static_labels(), **version_labels(base_versions)}
+    labels = {**spec.static_labels(), **version_labels(base_versions),
+              INPUTS_LABEL: inputs_digest(spec, base_id)}
     base_image = engine.get_image(client, base_id)
     if base_image is not None:
         digests = base_image.attrs.get("RepoDigests") or []

@@ -17,6 +17,7 @@ import docker.errors
 from docker.models.images import Image
 
 from clusterprobe import ecr, engine
+from clusterprobe.build import INPUTS_LABEL
 from clusterprobe.errors import ConfigError, RegistryError
 from clusterprobe.imageref import ImageRef
 from clusterprobe.registry import RegistryClient, docker_credentials
@@ -46,10 +47,11 @@ class PushResult:
     digest: str
     skipped: bool
     attempts: int
+    reason: str = "unchanged"
 
     def row(self) -> dict[str, Any]:
         return {"variant": self.variant, "pushed": self.target, "digest": self.digest,
-                "status": "unchanged, skipped" if self.skipped else "pushed", "attempts": self.attempts}
+                "status": f"{self.reason}, skipped" if self.skipped else "pushed", "attempts": self.attempts}
 
 
 def plan_pushes(
@@ -154,15 +156,32 @@ def _push_unless_present(
 ) -> PushResult:
     """One attempt: skip when the tag already holds our image (its config digest is our image ID)."""
     target = spec.target
-    remote = RegistryClient(target.registry_host).manifest(target.repository, target.tag or "latest")
+    client_v2 = RegistryClient(target.registry_host)
+    remote = client_v2.manifest(target.repository, target.tag or "latest")
     if remote is not None and remote.config_digest == image.id:
         runner.echo(f"[{spec.variant}] {target} already holds this image ({remote.digest}): skipped")
         return PushResult(spec.variant, str(target), remote.digest, skipped=True, attempts=attempt)
+    if remote is not None and remote.config_digest and _same_inputs(client_v2, target, remote.config_digest, image):
+        # A rebuild elsewhere (a fresh CI runner) has new timestamps, so a new image ID, but the
+        # same inputs: the tag already holds an equivalent image. Immutable ECR tags stay happy.
+        runner.echo(f"[{spec.variant}] {target} holds an image built from the same inputs "
+                    f"({remote.digest}): skipped")
+        return PushResult(spec.variant, str(target), remote.digest, skipped=True, attempts=attempt,
+                          reason="same inputs")
     runner.show(spec.commands()[0])
     image.tag(target.name, target.tag)
     runner.show(spec.commands()[1])
     digest = _push_once(client, runner, spec)
     return PushResult(spec.variant, str(target), digest, skipped=False, attempts=attempt)
+
+
+def _same_inputs(client_v2: RegistryClient, target: ImageRef, config_digest: str, image: Image) -> bool:
+    local = engine.image_labels(image).get(INPUTS_LABEL)
+    if not local:
+        return False
+    remote_config = client_v2.image_config(target.repository, config_digest)
+    remote_labels = (remote_config.get("config") or {}).get("Labels") or {}
+    return bool(remote_labels.get(INPUTS_LABEL) == local)
 
 
 def _push_once(client: docker.DockerClient, runner: Runner, spec: PushSpec) -> str:

@@ -83,6 +83,15 @@ class RegistryClient:
         config = body.get("config") or {}
         return RemoteManifest(digest=digest, media_type=media_type, config_digest=config.get("digest"))
 
+    def image_config(self, repository: str, digest: str) -> dict[str, Any]:
+        """The image config blob (what `docker inspect` shows as Config, labels included)."""
+        response = self._get(f"{self.base}/v2/{repository}/blobs/{digest}", scope=f"repository:{repository}:pull")
+        if response.status_code != 200:
+            raise RegistryError(f"{self.registry}: GET config blob {digest} of {repository} answered "
+                                f"{response.status_code}")
+        body: dict[str, Any] = response.json()
+        return body
+
     def tags(self, repository: str) -> list[str]:
         response = self._get(f"{self.base}/v2/{repository}/tags/list", scope=f"repository:{repository}:pull")
         if response.status_code == 404:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -47,30 +46,17 @@ def test_unchanged_rebuild_rebuilds_nothing(cpu_image, local_base) -> None:
     assert "Using cache" in result.stderr
 
 
-@pytest.fixture
-def inputs_copy(tmp_path: Path, local_base: str) -> Path:
-    """A copy of the image inputs (not a git checkout) with the cpu variant on the local base."""
-    shutil.copytree(ROOT / "entrypoints", tmp_path / "entrypoints",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "images").mkdir()
-    shutil.copy(ROOT / "images" / "Dockerfile", tmp_path / "images" / "Dockerfile")
-    (tmp_path / "images" / "variants.yaml").write_text(
-        f"variants:\n  cpu:\n    base_image: {local_base}\n    gpu: false\n"
-    )
-    return tmp_path
-
-
 def _build(inputs: Path, *extra: str, repository: str = "cptest"):  # type: ignore[no-untyped-def]
     return run_invoke("build", "--variants-file", str(inputs / "images" / "variants.yaml"), "--variant", "cpu",
                       "--repository", repository, "--json", *extra)
 
 
-def test_touching_an_entrypoint_rebuilds_only_its_layer(inputs_copy: Path) -> None:
-    first = _build(inputs_copy, "--no-smoke")
+def test_touching_an_entrypoint_rebuilds_only_its_layer(image_inputs: Path) -> None:
+    first = _build(image_inputs, "--no-smoke")
     assert first.returncode == 0, first.stderr
-    script = inputs_copy / "entrypoints" / "versions.py"
+    script = image_inputs / "entrypoints" / "versions.py"
     script.write_text(script.read_text() + "\n# edited\n")
-    second = _build(inputs_copy, "--no-smoke")
+    second = _build(image_inputs, "--no-smoke")
     assert second.returncode == 0, second.stderr
     (row,) = json.loads(second.stdout)
     assert row["layers_rebuilt"] == 1
@@ -79,39 +65,39 @@ def test_touching_an_entrypoint_rebuilds_only_its_layer(inputs_copy: Path) -> No
     assert row["image"].endswith("-nogit")  # not a git checkout: no revision to claim
 
 
-def test_failing_smoke_test_fails_and_keeps_previous_alias(inputs_copy: Path, docker_client) -> None:
-    good = _build(inputs_copy, "--no-smoke", repository="cptest-smoke")
+def test_failing_smoke_test_fails_and_keeps_previous_alias(image_inputs: Path, docker_client) -> None:
+    good = _build(image_inputs, "--no-smoke", repository="cptest-smoke")
     assert good.returncode == 0, good.stderr
     before = docker_client.images.get("cptest-smoke:cpu").id
-    (inputs_copy / "entrypoints" / "ddp_check.py").write_text("import sys\nsys.exit(3)\n")
-    bad = _build(inputs_copy, repository="cptest-smoke")
+    (image_inputs / "entrypoints" / "ddp_check.py").write_text("import sys\nsys.exit(3)\n")
+    bad = _build(image_inputs, repository="cptest-smoke")
     assert bad.returncode == 7, bad.stderr
     assert "smoke test 'ddp_check' failed (exit" in bad.stderr
     assert "Traceback" not in bad.stderr
     assert docker_client.images.get("cptest-smoke:cpu").id == before
 
 
-def test_build_failure_names_step_and_log(inputs_copy: Path) -> None:
-    dockerfile = inputs_copy / "images" / "Dockerfile"
+def test_build_failure_names_step_and_log(image_inputs: Path) -> None:
+    dockerfile = image_inputs / "images" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace(
         "COPY entrypoints/", "RUN echo about-to-fail && false\nCOPY entrypoints/"))
-    result = _build(inputs_copy, repository="cptest-fail")
+    result = _build(image_inputs, repository="cptest-fail")
     assert result.returncode == 6, result.stderr
     message = result.stderr.split("error:", 1)[1]
     assert "failed at step" in message and "RUN echo about-to-fail && false" in message
     assert "about-to-fail" in message.split("last lines of its log:", 1)[1]
 
 
-def test_base_image_that_cannot_be_found(inputs_copy: Path) -> None:
-    result = _build(inputs_copy, "--base-image", "registry.invalid/nope/torch:1", repository="cptest-nobase")
+def test_base_image_that_cannot_be_found(image_inputs: Path) -> None:
+    result = _build(image_inputs, "--base-image", "registry.invalid/nope/torch:1", repository="cptest-nobase")
     assert result.returncode == 5, result.stderr
     assert "base image registry.invalid/nope/torch:1 is not on this engine and could not be pulled" in result.stderr
     assert "fix:" in result.stderr
 
 
-def test_base_without_torch_is_refused(inputs_copy: Path, local_base: str) -> None:
+def test_base_without_torch_is_refused(image_inputs: Path, local_base: str) -> None:
     rootfs = local_base.rsplit(":", 1)[0] + "-rootfs:bookworm"  # python3 only, no torch
-    result = _build(inputs_copy, "--base-image", rootfs, repository="cptest-notorch")
+    result = _build(image_inputs, "--base-image", rootfs, repository="cptest-notorch")
     assert result.returncode == 7, result.stderr
     assert "python + torch must be on PATH" in result.stderr
 

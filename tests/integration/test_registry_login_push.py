@@ -126,3 +126,33 @@ def test_engine_sees_pushed_digest(cpu_image, registry, aws_env, docker_client):
     # docker records the digest it pushed; it must be the one we report.
     (row,) = json.loads(result.stdout)
     assert f"{registry.host}/clusterprobe@{row['digest']}" in image.attrs.get("RepoDigests", [])
+
+
+def test_rebuild_with_same_inputs_is_not_pushed_again(image_inputs, registry, aws_env, docker_client):
+    """A fresh CI runner rebuilds: new timestamps, new image ID, same inputs. The tag already
+    holds an equivalent image, so it is skipped (immutable ECR tags would refuse an overwrite)."""
+    variants = str(image_inputs / "images" / "variants.yaml")
+    build = ("build", "--variants-file", variants, "--variant", "cpu", "--repository", "cptest-inputs", "--no-smoke")
+    push_args = ("push", "--variant", "cpu", "--repository", "cptest-inputs", "--registry", registry.host, "--json")
+    assert run_invoke("login", "--registry", registry.host, "--region", "us-east-1", env=aws_env).returncode == 0
+    assert run_invoke(*build).returncode == 0
+    first_id = docker_client.images.get("cptest-inputs:cpu").id
+    first = run_invoke(*push_args, env=aws_env)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)[0]["status"] == "pushed"
+
+    rebuilt = run_invoke(*build, "--no-cache")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert docker_client.images.get("cptest-inputs:cpu").id != first_id  # really a different image
+    second = run_invoke(*push_args, env=aws_env)
+    assert second.returncode == 0, second.stderr
+    (row,) = json.loads(second.stdout)
+    assert row["status"] == "same inputs, skipped"
+    assert row["digest"] == json.loads(first.stdout)[0]["digest"]
+
+    script = image_inputs / "entrypoints" / "versions.py"
+    script.write_text(script.read_text() + "\n# changed input\n")
+    assert run_invoke(*build).returncode == 0
+    third = run_invoke(*push_args, env=aws_env)
+    assert third.returncode == 0, third.stderr
+    assert json.loads(third.stdout)[0]["status"] == "pushed"
