@@ -148,3 +148,19 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
     mount_tmpfs(mountpoint, 64 * 1024 * 1024)
     yield mountpoint
     unmount(mountpoint)
+
+
+@pytest.fixture
+def image_inputs(tmp_path: Path, local_base: str) -> Path:
+    """A copy of the image inputs (Dockerfile, entrypoints; not a git checkout, so the revision is
+    'nogit') with a variants file holding only the cpu variant on the local base. Tests edit it
+    freely; the checkout stays untouched."""
+    import shutil
+
+    shutil.copytree(ROOT / "entrypoints", tmp_path / "entrypoints", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "images").mkdir()
+    shutil.copy(ROOT / "images" / "Dockerfile", tmp_path / "images" / "Dockerfile")
+    (tmp_path / "images" / "variants.yaml").write_text(
+        f"variants:\n  cpu:\n    base_image: {local_base}\n    gpu: false\n"
+    )
+    return tmp_path
