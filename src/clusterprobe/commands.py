@@ -39,7 +39,7 @@ def login(
     enroot_credentials: str | None,
     enroot_store_token: bool,
 ) -> None:
-    target = ecr.resolve_target(registry or settings.registry, region or None)
+    target = ecr.resolve_target(registry or settings.registry, region or None, default_region=settings.region)
     ecr.docker_login(runner, target)
     if enroot_credentials:
         ecr.write_enroot_credentials(runner, Path(enroot_credentials), target, store_token=enroot_store_token)

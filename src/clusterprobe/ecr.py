@@ -32,10 +32,10 @@ class LoginTarget:
     region: str
 
 
-def resolve_target(registry: str, region: str | None) -> LoginTarget:
-    """Region comes from an ECR host name; for other hosts (mirrors, tests) it must be given.
-
-    A region that contradicts the host name is an error, not a silent override.
+def resolve_target(registry: str, region: str | None, default_region: str | None = None) -> LoginTarget:
+    """Region comes from an ECR host name; for other hosts (mirrors, tests) it is `region`, else
+    `default_region` (the site setting). A region that contradicts the host name is an error,
+    not a silent override.
     """
     registry = registry.strip().removeprefix("https://").rstrip("/")
     if not registry:
@@ -51,6 +51,7 @@ def resolve_target(registry: str, region: str | None) -> LoginTarget:
                 fix=f"drop --region (it is read from the registry) or pass --region {ecr.region}",
             )
         region = ecr.region
+    region = region or default_region
     if not region:
         raise ConfigError(
             f"{registry} is not an ECR host name, so its region is unknown",

@@ -26,6 +26,9 @@ def test_wrong_region_is_rejected() -> None:
 def test_non_ecr_host_needs_region() -> None:
     with pytest.raises(ConfigError, match="its region is unknown"):
         ecr.resolve_target("mirror.example.com", None)
+    assert ecr.resolve_target("mirror.example.com", None, default_region="eu-west-1").region == "eu-west-1"
+    # the site default never contradicts an ECR host: the host's region wins
+    assert ecr.resolve_target("123456789012.dkr.ecr.us-west-2.amazonaws.com", None, "eu-west-1").region == "us-west-2"
     with pytest.raises(ConfigError, match="no registry to log in to"):
         ecr.resolve_target("", "us-east-1")
 
