@@ -264,6 +264,9 @@ def squash(
         "reduce_scatter, all_to_all, broadcast, reduce)",
         "min_busbw": "comms_bench: fail when a collective's average busbw (GB/s) is lower",
         "submit": "sbatch every staged job and print the job IDs",
+        "wait": "with --submit: wait for the jobs, print each verdict (PASS/FAIL) and results file; "
+        "exit 16 when any job did not pass",
+        "wait_timeout": "with --wait: seconds to wait before giving up (the jobs keep running)",
         "repository": "image repository name in the .sqsh names (default: clusterprobe.repository)",
         "variants_file": "variants YAML (default: clusterprobe.variants_file)",
         "json": JSON,
@@ -294,6 +297,8 @@ def stage_jobs(
     iters: int = 0,
     min_busbw: str = "",
     submit: bool = False,
+    wait: bool = False,
+    wait_timeout: int = 3600,
     repository: str = "",
     variants_file: str = "",
     json: bool = False,
@@ -304,7 +309,8 @@ def stage_jobs(
         settings = _settings(c, jobs_dir=out, squash_dir=squash_dir, repository=repository,
                              variants_file=variants_file)
         commands.stage_jobs(
-            settings, _runner(dry_run), variants=variant, submit=submit, as_json=json, runtime=runtime,
+            settings, _runner(dry_run), variants=variant, submit=submit, wait=wait, wait_timeout=wait_timeout,
+            as_json=json, runtime=runtime,
             nodes=nodes, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node, partition=partition,
             account=account, time=time, exclusive=exclusive, mounts=mount, python=python,
             entrypoints=entrypoints, epochs=epochs, timeout=timeout, min_bytes=min_bytes,

@@ -6,6 +6,7 @@ tasks.py parses flags and calls these; each one validates its input, plans, then
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,13 +15,13 @@ from typing import Any
 import docker
 
 from clusterprobe import build as build_mod
-from clusterprobe import diskspace, ecr, engine, localbase, output
+from clusterprobe import diskspace, ecr, engine, localbase, output, slurm
 from clusterprobe import push as push_mod
 from clusterprobe import squash as squash_mod
 from clusterprobe import stage as stage_mod
 from clusterprobe.compression import choose_compression
 from clusterprobe.config import load_variants, parse_key_values
-from clusterprobe.errors import ConfigError
+from clusterprobe.errors import ConfigError, JobFailedError
 from clusterprobe.runner import Runner
 from clusterprobe.settings import Settings
 
@@ -203,6 +204,7 @@ def squash(
 
 
 STAGE_COLUMNS = ("variant", "job", "job_id", "script")
+WAIT_COLUMNS = ("variant", "job", "job_id", "state", "exit_code", "verdict", "results")
 
 
 def stage_jobs(
@@ -211,6 +213,8 @@ def stage_jobs(
     *,
     variants: Sequence[str] = (),
     submit: bool = False,
+    wait: bool = False,
+    wait_timeout: float = 3600,
     as_json: bool = False,
     **flags: Any,
 ) -> list[dict[str, Any]]:
@@ -223,7 +227,47 @@ def stage_jobs(
                                          repository=settings.repository, **flags)
     selected = config.select(variants)
     stages = stage_mod.plan_stage(selected, options, stage_mod.read_manifests(selected, options))
+    if wait and not submit:
+        raise ConfigError("--wait needs --submit", fix="add --submit, or drop --wait")
     rows = stage_mod.execute_stage(runner, stages, submit=submit)
-    if not runner.dry_run:
+    if runner.dry_run:
+        return rows
+    if not wait:
         output.emit(rows, STAGE_COLUMNS, as_json=as_json)
+        return rows
+    rows = _wait_for_verdicts(runner, rows, wait_timeout)
+    output.emit(rows, WAIT_COLUMNS, as_json=as_json)
+    failed = [r for r in rows if r["verdict"] != "PASS"]
+    if failed:
+        raise JobFailedError(
+            f"{len(failed)} of {len(rows)} jobs did not pass: "
+            + ", ".join(f"{r['variant']}/{r['job']} (job {r['job_id']}: {r['state']})" for r in failed),
+            fix="read their logs: " + " ".join(str(r["log"]) for r in failed),
+        )
     return rows
+
+
+def _wait_for_verdicts(runner: Runner, rows: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
+    """Wait for the submitted jobs; add state, exit code, verdict and paths from each job's results."""
+
+    def results_path(row: dict[str, Any]) -> Path:
+        return Path(row["script"]).parent / "logs" / f"{row['job']}-{row['job_id']}.json"
+
+    by_id = {r["job_id"]: r for r in rows}
+    states = slurm.wait_for_jobs(runner, list(by_id), timeout=timeout,
+                                 finished=lambda job_id: results_path(by_id[job_id]).exists())
+    out = []
+    for row in rows:
+        state, exit_code = states[row["job_id"]]
+        path = results_path(row)
+        result: dict[str, Any] = {}
+        if path.exists():
+            try:
+                result = json.loads(path.read_text())
+            except ValueError:
+                result = {}
+        verdict = result.get("verdict") or ("RUNNING" if state == "WAIT_TIMEOUT" else "NO RESULT")
+        out.append({**row, "state": state, "exit_code": result.get("exit_code", exit_code), "verdict": verdict,
+                    "results": str(path) if path.exists() else None,
+                    "log": result.get("log") or str(Path(row["script"]).parent / "logs")})
+    return out

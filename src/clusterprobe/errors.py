@@ -105,3 +105,9 @@ class LockedError(ClusterProbeError):
     """Another run holds the lock on the same output."""
 
     exit_code = 15
+
+
+class JobFailedError(ClusterProbeError):
+    """A submitted job ran and its verdict is FAIL (or it never finished in time)."""
+
+    exit_code = 16

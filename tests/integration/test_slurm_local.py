@@ -104,3 +104,27 @@ def test_a_failing_rank_fails_the_job(slurm_local: LocalSlurm, tmp_path: Path) -
     assert "clusterprobe: comms_bench FAIL" in log.read_text()
     result = json.loads((out / "cpu" / "logs" / f"comms_bench-{job_id}.json").read_text())
     assert result["verdict"] == "FAIL" and result["exit_code"] == info.rc
+
+
+def test_submit_and_wait_reports_each_verdict(slurm_local: LocalSlurm, tmp_path: Path) -> None:
+    """--wait follows the jobs through scontrol and reads their results: one passes, one fails on an
+    unreachable --min-busbw, so the task exits 16 after printing both verdicts."""
+    out = tmp_path / "jobs"
+    result = run_invoke("stage-jobs", "--out", str(out), "--partition", PARTITION, "--json", "--runtime", "host",
+                        "--variant", "cpu", "--nodes", "1", *QUICK, "--min-busbw", "1000000", "--submit",
+                        "--wait", "--wait-timeout", "300", env=slurm_local.env(), timeout=400)
+    assert result.returncode == 16, result.stderr
+    rows = {row["job"]: row for row in json.loads(result.stdout)}
+    assert rows["ddp_check"]["verdict"] == "PASS" and rows["ddp_check"]["state"] == "COMPLETED"
+    assert rows["comms_bench"]["verdict"] == "FAIL" and rows["comms_bench"]["state"] == "FAILED"
+    for row in rows.values():
+        assert Path(row["results"]) == out / "cpu" / "logs" / f"{row['job']}-{row['job_id']}.json"
+        assert json.loads(Path(row["results"]).read_text())["verdict"] == row["verdict"]
+    assert "1 of 2 jobs did not pass: cpu/comms_bench" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_wait_needs_submit(tmp_path: Path) -> None:
+    result = run_invoke("stage-jobs", "--out", str(tmp_path), "--runtime", "host", "--variant", "cpu", "--wait")
+    assert result.returncode == 2 and "--wait needs --submit" in result.stderr
+    assert not (tmp_path / "cpu").exists()
