@@ -28,6 +28,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Sequence
@@ -493,3 +494,26 @@ def start_container_cluster(client: Any, base_image_id: str, shared: Path, conf_
         cluster.stop()
         raise RigError(f"the two-node Slurm cluster did not come up: {exc}\n{detail}") from exc
     return cluster
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python -m tests.rig.slurm up|down`: the single-node Slurm for tools/quickstart.sh.
+
+    `up` prints `SLURM_CONF=<path>` (export it for sbatch/scontrol); the daemons keep running until
+    `down` (or until a test session that shares them ends last).
+    """
+    if argv[:1] == ["up"]:
+        cluster = start_local_slurm()
+        (cluster.root / "users" / str(os.getpid())).unlink(missing_ok=True)  # leave them running
+        print(f"SLURM_CONF={cluster.conf}")
+        return 0
+    if argv[:1] == ["down"]:
+        root = RIG_DIR
+        LocalSlurm(root=root, conf=root / "slurm.conf").stop()
+        return 0
+    print("usage: python -m tests.rig.slurm up|down", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
