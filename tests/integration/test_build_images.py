@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from clusterprobe import engine
-from tests.conftest import ROOT, run_invoke
+from tests.conftest import run_invoke
 
 pytestmark = pytest.mark.docker
 
