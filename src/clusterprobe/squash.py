@@ -22,6 +22,7 @@ up to date and skipped.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -57,6 +58,7 @@ SPACE_FACTOR = 1.1  # free space wanted per byte of image: squashfs metadata on 
 CONTAINER_LABEL = "io.clusterprobe.squash-output"  # value: the .sqsh path the container is exported for
 EXPORT_EXCLUDES = ("dev/*", ".dockerenv")  # what enroot's `tar -x` leaves out of a `docker export`
 EXPORT_CHUNK = 1 << 20
+PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size
 PROGRESS_EVERY_S = 5.0
 SQUASHFS_MAGIC = b"hsqs"
 # `enroot import dockerd://` takes [[:alnum:]/._:-]+ after the scheme: no digests (`@sha256:`).
@@ -213,10 +215,11 @@ def plan_squashes(
         if source is None and not allow_missing:
             raise PreflightError(f"variant '{variant}' has no built image ({repository}:{variant} does not exist)",
                                  fix=f"build it first: invoke build --variant {variant}")
-        if chosen_backend == "enroot":
-            check_enroot_reference(source.alias if source else f"{repository}:{variant}")
-        specs.append(SquashSpec(variant, source, squash_paths(out_dir, repository, variant), chosen_backend,
-                                reason, compression, enroot_temp))
+        spec = SquashSpec(variant, source, squash_paths(out_dir, repository, variant), chosen_backend, reason,
+                          compression, enroot_temp)
+        if chosen_backend == "enroot" and source is not None:
+            check_enroot_reference(spec.image_id)  # what enroot will be handed
+        specs.append(spec)
     if not specs:
         raise PreflightError(f"no variant has a built image in repository '{repository}' "
                              f"(looked for {', '.join(f'{repository}:{v}' for v in variants)})",
@@ -259,7 +262,8 @@ def preflight(specs: Sequence[SquashSpec]) -> None:
     Squashes that share a file system add up (the new files exist beside the old ones until each
     rename); enroot's unpacked copy of the image counts against its temporary folder.
     """
-    needs: dict[int, list[tuple[Path, str, int]]] = {}
+    needs: dict[int, list[tuple[Path, str, int]]] = {}  # st_dev -> (folder, what, bytes wanted)
+    enroot_temps: set[int] = set()
     for spec in specs:
         if spec.source is None:
             continue
@@ -275,15 +279,16 @@ def preflight(specs: Sequence[SquashSpec]) -> None:
         if spec.backend == "enroot":
             temp = _existing_ancestor(spec.enroot_temp)
             places.append((temp, f"{spec.variant}: enroot's unpacked image in {spec.enroot_temp}", wanted))
+            enroot_temps.add(temp.stat().st_dev)
         for place in places:
             needs.setdefault(place[0].stat().st_dev, []).append(place)
-    for places in needs.values():
+    for device, places in needs.items():
         free = shutil.disk_usage(places[0][0]).free
         total = sum(wanted for _, _, wanted in places)
         if total > free:
             detail = "; ".join(f"{what}: {output.human_bytes(wanted)}" for _, what, wanted in places)
             fix = "free space there, or pass --out DIR on a file system with more room"
-            if any("enroot" in what for _, what, _ in places):
+            if device in enroot_temps:
                 fix += ", or set ENROOT_TEMP_PATH to a folder with room for the unpacked image"
             raise PreflightError(
                 f"not enough free space on the file system of {places[0][0]}: {output.human_bytes(total)} "
@@ -435,6 +440,8 @@ def _stream_export(container: Any, argv: list[str], prefix: bytes, log: IO[bytes
     assert spec.source is not None
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT)
     assert proc.stdin is not None
+    with contextlib.suppress(OSError, AttributeError):  # a deeper pipe lets export and compression overlap
+        fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     sent, start, shown = 0, time.monotonic(), time.monotonic()
     try:
         try:
