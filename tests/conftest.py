@@ -100,6 +100,37 @@ def cpu_image(docker_client, local_base):  # type: ignore[no-untyped-def]
     return result
 
 
+SQUASH_TEST_REPOSITORY = "clusterprobe-squashtest"
+SQUASH_TEST_DOCKERFILE = """\
+FROM {rootfs}
+ENV PATH=/opt/tools/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+ENV GREETING="it's a \\"test\\""
+WORKDIR /work/dir
+VOLUME ["/data", "/scratch"]
+LABEL org.example.purpose="squash tests"
+ENTRYPOINT ["/bin/sh", "-c"]
+CMD ["echo \\"cmd ran in $PWD\\""]
+"""
+
+
+@pytest.fixture(scope="session")
+def squash_test_image(docker_client, local_base):  # type: ignore[no-untyped-def]
+    """A 265 MB Debian image (the local base's rootfs) with Env, WorkingDir, Volumes, Entrypoint,
+    Cmd and a label, tagged like a built variant: clusterprobe-squashtest:cpu and :cpu-torch0.0-squashtest.
+    For squash tests that need no torch. Returns (repository, versioned tag, image ID)."""
+    import io
+
+    from clusterprobe.localbase import LocalBaseSpec
+
+    rootfs = LocalBaseSpec(tag=local_base, torch_version="2.13.0").rootfs_tag
+    dockerfile = SQUASH_TEST_DOCKERFILE.format(rootfs=rootfs).encode()
+    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile), rm=True, pull=False)
+    versioned = f"{SQUASH_TEST_REPOSITORY}:cpu-torch0.0-squashtest"
+    for tag in (f"{SQUASH_TEST_REPOSITORY}:cpu", versioned):
+        image.tag(*tag.split(":"))
+    return SQUASH_TEST_REPOSITORY, versioned, str(image.id)
+
+
 @pytest.fixture(scope="session")
 def ecr_emulator() -> Iterator[EcrEmulator]:
     emulator = start_ecr_emulator()
