@@ -455,8 +455,9 @@ def _stream_export(container: Any, argv: list[str], prefix: bytes, log: IO[bytes
                                     f"~{output.human_bytes(spec.source.size_bytes)} streamed "
                                     f"({shown - start:.0f} s)")
             proc.stdin.close()
-        except BrokenPipeError:
-            pass  # mksquashfs stopped reading: its exit code and log say why
+        except BrokenPipeError:  # mksquashfs stopped reading: its exit code and log say why
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # drops what is still buffered, so nothing complains later
         except (docker.errors.DockerException, requests.RequestException) as exc:
             raise SquashError(f"docker export of {spec.source.tag} failed after "
                               f"{output.human_bytes(sent)}: {exc}") from None

@@ -359,3 +359,15 @@ def test_user_errors_say_what_to_do(squash_test_image: tuple[str, str, str], tmp
     for result in (missing, unknown, bad, backend):
         assert "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_options_mksquashfs_rejects_fail_with_its_message_and_leave_nothing(
+        squash_test_image: tuple[str, str, str], tmp_path: Path, docker_client: Any) -> None:
+    repository, _, _ = squash_test_image
+    result = run_invoke("squash", "--variant", "cpu", "--repository", repository, "--out", str(tmp_path),
+                        env={"ENROOT_SQUASH_OPTIONS": "-comp nosuch"})
+    assert result.returncode == 11, result.stderr
+    assert 'Compressor "nosuch" is not supported' in result.stderr
+    assert "fix: check the compression options" in result.stderr and "Traceback" not in result.stderr
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
+    assert export_containers(docker_client, squash.squash_paths(tmp_path, repository, "cpu").sqsh) == []
