@@ -207,6 +207,13 @@ def version_tag(variant: str, versions: Mapping[str, Any], rev: str) -> str:
     return sanitize_tag_part("-".join(sanitize_tag_part(p) for p in parts))[:128]
 
 
+def versioned_tag(tags: Sequence[str], repository: str, variant: str) -> str | None:
+    """Among an image's tags, the deterministic one `invoke build` gave it
+    (`<repository>:<variant>-torch...-<revision>`), or None."""
+    versioned = sorted(t for t in tags if t.startswith(f"{repository}:{variant}-torch"))
+    return versioned[-1] if versioned else None
+
+
 def version_labels(versions: Mapping[str, Any]) -> dict[str, str]:
     keys = ("torch", "cuda", "nccl", "cudnn", "python", "aws_ofi_nccl", "efa_installer")
     return {f"{LABEL_PREFIX}.version.{k}": str(versions[k]) for k in keys if versions.get(k)}

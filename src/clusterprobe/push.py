@@ -17,7 +17,7 @@ import docker.errors
 from docker.models.images import Image
 
 from clusterprobe import ecr, engine
-from clusterprobe.build import INPUTS_LABEL
+from clusterprobe.build import INPUTS_LABEL, versioned_tag
 from clusterprobe.errors import ConfigError, RegistryError
 from clusterprobe.imageref import ImageRef
 from clusterprobe.registry import RegistryClient, docker_credentials
@@ -84,8 +84,7 @@ def plan_pushes(
                 fix=f"build it first: invoke build --variant {variant}",
             )
         if image is not None:
-            # The deterministic tag `invoke build` gave it: <variant>-torch<version>-...-<revision>.
-            versioned = next((t for t in image.tags if t.startswith(f"{repository}:{variant}-torch")), alias)
+            versioned = versioned_tag(image.tags, repository, variant) or alias
         tags = [versioned.rsplit(":", 1)[1], *(t.replace("{variant}", variant) for t in extra_tags)]
         for tag in dict.fromkeys(tags):
             target = ImageRef.parse(f"{registry}/{target_repo}:{tag}")

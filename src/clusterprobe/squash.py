@@ -47,6 +47,7 @@ import filelock
 import requests
 
 from clusterprobe import __version__, engine, output, rootfs
+from clusterprobe.build import versioned_tag
 from clusterprobe.compression import ChosenCompression
 from clusterprobe.config import did_you_mean
 from clusterprobe.errors import CommandError, ConfigError, LockedError, PreflightError, SquashError
@@ -113,9 +114,8 @@ def find_source_image(client: docker.DockerClient | None, repository: str, varia
     image = engine.get_image(client, alias) if client is not None else None
     if image is None:
         return None
-    # The deterministic tag `invoke build` gave it: <variant>-torch<version>-...-<revision>.
-    versioned = sorted(t for t in image.tags if t.startswith(f"{alias}-torch"))
-    return SourceImage(alias=alias, tag=versioned[-1] if versioned else alias, image_id=str(image.id),
+    tag = versioned_tag(image.tags, repository, variant) or alias
+    return SourceImage(alias=alias, tag=tag, image_id=str(image.id),
                        size_bytes=engine.image_size(image),
                        config=rootfs.ImageConfig.from_inspect(image.attrs))
 
