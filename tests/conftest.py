@@ -60,6 +60,14 @@ def run_invoke(
     )
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The session folder holds the registry's storage (hundreds of MB of pushed layers): remove it
+    once the session fixtures are torn down, so runs don't pile up in /tmp."""
+    import shutil
+
+    shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def session_dir() -> Path:
     return _SESSION_DIR
