@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,9 @@ def test_touching_an_entrypoint_rebuilds_only_its_layer(image_inputs: Path) -> N
     first = _build(image_inputs, "--no-smoke")
     assert first.returncode == 0, first.stderr
     script = image_inputs / "entrypoints" / "versions.py"
-    script.write_text(script.read_text() + "\n# edited\n")
+    # Unique per run: the engine's layer cache outlives test sessions, and a content built in an
+    # earlier run would be a cache hit.
+    script.write_text(script.read_text() + f"\n# edited {uuid.uuid4()}\n")
     second = _build(image_inputs, "--no-smoke")
     assert second.returncode == 0, second.stderr
     (row,) = json.loads(second.stdout)

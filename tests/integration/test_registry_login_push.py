@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -151,7 +152,7 @@ def test_rebuild_with_same_inputs_is_not_pushed_again(image_inputs, registry, aw
     assert row["digest"] == json.loads(first.stdout)[0]["digest"]
 
     script = image_inputs / "entrypoints" / "versions.py"
-    script.write_text(script.read_text() + "\n# changed input\n")
+    script.write_text(script.read_text() + f"\n# changed input {uuid.uuid4()}\n")
     assert run_invoke(*build).returncode == 0
     third = run_invoke(*push_args, env=aws_env)
     assert third.returncode == 0, third.stderr
