@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from clusterprobe.files import write_atomic
 
 
 def cache_dir() -> Path:
@@ -35,7 +36,4 @@ def load(kind: str, image_id: str) -> dict[str, Any] | None:
 def store(kind: str, image_id: str, record: dict[str, Any]) -> None:
     path = _path(kind, image_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(record, fh, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(record, indent=2, sort_keys=True))

@@ -13,7 +13,6 @@ refused anywhere else; `--remove DIR` names other folders a machine may lose ins
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterprobe.errors import ConfigError, PreflightError
-from clusterprobe.output import human_bytes, progress
+from clusterprobe.output import human_bytes, parse_bytes, progress
 from clusterprobe.runner import Runner
 
 KiB = 1024
@@ -57,19 +56,17 @@ RUNNER_TOOLCHAINS: tuple[Removable, ...] = (
     Removable(Path("/usr/local/share/boost"), "Boost"),
 )
 
-SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
-UNITS = {"": 1, "k": KiB, "m": KiB**2, "g": KiB**3, "t": KiB**4}
 
 
 def parse_size(text: str) -> int:
     """'40G', '40GiB', '40GB', '512M', '1.5T', '1048576' -> bytes (all units are powers of 1024)."""
-    match = SIZE.match(text)
-    if not match:
+    size = parse_bytes("".join(text.split()), fractions=True)  # "8 G" is fine for --need
+    if size is None:
         raise ConfigError(
             f"--need {text!r} is not a size",
             fix="write a number with an optional unit K, M, G or T (powers of 1024), e.g. --need 40G",
         )
-    return int(float(match[1]) * UNITS[match[2].lower()])
+    return size
 
 
 def variants_need(names: Sequence[str]) -> int:

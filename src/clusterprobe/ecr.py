@@ -8,13 +8,12 @@ get-login-password ...)` form so that no token is stored and nothing expires.
 from __future__ import annotations
 
 import base64
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from clusterprobe.errors import AuthError, ConfigError
+from clusterprobe.files import write_atomic
 from clusterprobe.imageref import ecr_registry_of
 from clusterprobe.runner import Runner
 
@@ -152,12 +151,4 @@ def write_enroot_credentials(
             old for old in path.read_text().splitlines()
             if old.split()[:2] != ["machine", target.registry]
         ]
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write("\n".join([*kept, line]) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, "\n".join([*kept, line]) + "\n", mode=0o600)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -77,3 +78,16 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kmgt]?)(?:i?b)?$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_bytes(text: str, *, fractions: bool = False) -> int | None:
+    """'64K', '1M', '40G', '40GiB', '40GB', '1048576' -> bytes (units are powers of 1024);
+    None when `text` is not such a size. '1.5T' only with `fractions`."""
+    match = _SIZE.match(text)
+    if not match or ("." in match[1] and not fractions):
+        return None
+    return int(float(match[1]) * _UNITS[match[2].lower()])

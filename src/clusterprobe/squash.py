@@ -51,6 +51,7 @@ from clusterprobe.build import versioned_tag
 from clusterprobe.compression import ChosenCompression
 from clusterprobe.config import did_you_mean
 from clusterprobe.errors import CommandError, ConfigError, LockedError, PreflightError, SquashError
+from clusterprobe.files import publish, write_atomic
 from clusterprobe.imageref import ImageRef
 from clusterprobe.runner import Runner, display_command, require_tool, tail
 
@@ -310,35 +311,8 @@ def make_output_dir(out_dir: Path) -> None:
             folder.chmod(0o755)
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def publish(temp: Path, final: Path) -> None:
-    """fsync, 0644, atomic rename over `final`, fsync of the folder: readers see old or new, whole."""
-    fd = os.open(temp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(temp, 0o644)
-    os.replace(temp, final)
-    _fsync_dir(final.parent)
-
-
 def write_manifest(paths: SquashPaths, manifest: Mapping[str, Any]) -> None:
-    temp = paths.temp(paths.manifest)
-    try:
-        with open(temp, "x") as fh:
-            json.dump(manifest, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        publish(temp, paths.manifest)
-    finally:
-        temp.unlink(missing_ok=True)
+    write_atomic(paths.manifest, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 @contextlib.contextmanager

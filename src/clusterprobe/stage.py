@@ -28,7 +28,7 @@ import jinja2
 from clusterprobe import __version__, output, slurm, squash
 from clusterprobe.config import Variant, did_you_mean
 from clusterprobe.errors import ConfigError, PreflightError, SlurmError, StageError
-from clusterprobe.output import human_bytes
+from clusterprobe.output import human_bytes, parse_bytes
 from clusterprobe.runner import Runner
 from clusterprobe.settings import PROJECT_ROOT
 from clusterprobe.stagedir import StagedFile, replace_folder
@@ -58,8 +58,6 @@ _PARTITION = re.compile(r"^[A-Za-z0-9_.-]{1,64}(,[A-Za-z0-9_.-]{1,64})*$")
 _ACCOUNT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # Slurm's --time: min, min:sec, h:min:sec, d-h, d-h:min, d-h:min:sec, or no limit.
 _TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$")
-_SIZE = re.compile(r"^(\d+)([KMGT]?)(i?B)?$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _MOUNT_FLAGS = re.compile(r"^[a-z_]+(\+[a-z_]+)*$")
 _REPOSITORY = re.compile(r"^[a-z0-9][a-z0-9._/-]{0,127}$")
 _IMAGE = re.compile(r"^[A-Za-z0-9._/:@-]{1,255}$")
@@ -178,10 +176,10 @@ def parse_mount(text: str) -> Mount:
 
 
 def parse_size(flag: str, text: str) -> int:
-    match = _SIZE.match(text)
-    if not match:
+    size = parse_bytes(text)
+    if size is None:
         raise _fail(flag, text, "not a size", "write bytes with an optional K, M, G (binary): 8, 64K, 1M, 2G")
-    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    return size
 
 
 def _bandwidth(value: float | str | None) -> float | None:
