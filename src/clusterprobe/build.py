@@ -186,8 +186,8 @@ def context_tar(spec: BuildSpec) -> bytes:
     return buffer.getvalue()
 
 
-def inputs_digest(spec: BuildSpec, base_id: str) -> str:
-    digest = hashlib.sha256(context_tar(spec))
+def inputs_digest(spec: BuildSpec, base_id: str, context: bytes) -> str:
+    digest = hashlib.sha256(context)
     digest.update(json.dumps({"variant": spec.variant.name, "base_id": base_id,
                               "build_args": dict(sorted(spec.build_args.items()))}, sort_keys=True).encode())
     return f"sha256:{digest.hexdigest()}"
@@ -308,14 +308,15 @@ def parsed_denied(text: str) -> bool:
 
 
 def run_build(
-    client: docker.DockerClient, runner: Runner, spec: BuildSpec, labels: Mapping[str, str], no_cache: bool
+    client: docker.DockerClient, runner: Runner, spec: BuildSpec, labels: Mapping[str, str], no_cache: bool,
+    context: bytes,
 ) -> tuple[str, list[StepOutcome]]:
     """Build the variant's image under its candidate tag; (image ID, step outcomes)."""
     return engine.stream_build(
         client,
         runner.echo,
         label=spec.variant.name,
-        context=io.BytesIO(context_tar(spec)),
+        context=io.BytesIO(context),
         dockerfile=spec.dockerfile,
         buildargs=spec.build_args,
         labels=labels,
@@ -347,15 +348,16 @@ def execute_build(
     assert client is not None, "a real build needs the engine"
     probe_script = spec.variant.entrypoints / "versions.py"
     base_versions = smoke.probe_versions(client, runner, spec.base_image, base_id, probe_script)
+    context = context_tar(spec)  # once: hashed into the inputs label and sent to the engine
     labels = {**spec.static_labels(), **version_labels(base_versions),
-              INPUTS_LABEL: inputs_digest(spec, base_id)}
+              INPUTS_LABEL: inputs_digest(spec, base_id, context)}
     base_image = engine.get_image(client, base_id)
     if base_image is not None:
         digests = base_image.attrs.get("RepoDigests") or []
         if digests:
             labels["org.opencontainers.image.base.digest"] = digests[0].split("@", 1)[1]
     runner.show(spec.build_command(labels))
-    image_id, steps = run_build(client, runner, spec, labels, no_cache)
+    image_id, steps = run_build(client, runner, spec, labels, no_cache, context)
     result_smoke = None
     if smoke_test:
         result_smoke = smoke.smoke_test(client, runner, image_id, label, spec.variant.entrypoints)
@@ -366,7 +368,6 @@ def execute_build(
         repo, _, ref_tag = ref.rpartition(":")
         runner.show(["docker", "tag", image_id.removeprefix("sha256:")[:12], ref])
         image.tag(repo, ref_tag)
-    base = engine.get_image(client, base_id)
     return BuildResult(
         variant=label,
         image_id=image_id,
@@ -375,7 +376,7 @@ def execute_build(
         base_image=spec.base_image,
         versions=versions,
         size_bytes=engine.image_size(image),
-        base_size_bytes=engine.image_size(base) if base is not None else 0,
+        base_size_bytes=engine.image_size(base_image) if base_image is not None else 0,
         steps=steps,
         smoke_cached=bool(result_smoke and result_smoke.cached),
         seconds=time.monotonic() - start,
